@@ -1,0 +1,130 @@
+/* The backend operations table and the object layouts shared by the core's
+ * generic layer and its backends.  Not part of the public interface.
+ *
+ * Each backend (cpu.c, later cuda.c / hip.c) fills one mxd_backend.  The
+ * generic layer (device.c, queue.c, event.c, flag.c) checks arguments,
+ * keeps the bookkeeping every backend needs (reference counts, the device's
+ * list of queues) and calls through the table.  Backend objects embed the
+ * generic struct as their first member, so a backend converts with a cast. */
+#ifndef MXD_BACKEND_H
+#define MXD_BACKEND_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "mxd.h"
+#include "sync.h"
+
+typedef struct mxd_backend mxd_backend;
+
+struct mxd_device {
+    const mxd_backend *ops;
+    int id;
+    pthread_mutex_t mu; /* guards queues and default_queue */
+    mxd_queue *queues;  /* every live queue of this device */
+    mxd_queue *default_queue;
+    void *native; /* backend data, e.g. a CUcontext */
+};
+
+struct mxd_queue {
+    atomic_long refs;
+    mxd_device *device;
+    const mxd_backend *ops;
+    bool is_default;
+    mxd_queue *prev, *next; /* in device->queues, under device->mu */
+};
+
+struct mxd_event {
+    mxd_device *device;
+    const mxd_backend *ops;
+    bool timing;
+};
+
+struct mxd_flag {
+    atomic_long refs;
+    mxd_device *device;
+    const mxd_backend *ops;
+    _Atomic uint64_t *slot; /* the 8 bytes the device reads */
+    uintptr_t device_ptr;   /* the slot's device-visible address */
+    mxd_notifier changed;   /* host waiters on the slot (CPU queues) */
+};
+
+struct mxd_backend {
+    const char *api; /* "cpu", "cuda", "hip" */
+
+    /* Devices */
+    bool (*is_host_unified)(const mxd_device *dev);
+    mxd_status (*architecture)(const mxd_device *dev, char *buf, size_t size,
+                               mxd_error *err);
+    mxd_status (*model_name)(const mxd_device *dev, char *buf, size_t size,
+                             mxd_error *err);
+    mxd_status (*memory)(const mxd_device *dev, mxd_memory_stats *out,
+                         mxd_error *err);
+    mxd_status (*can_access)(const mxd_device *dev, const mxd_device *peer,
+                             bool *out, mxd_error *err);
+
+    /* Queues: create returns an object whose generic part is zeroed; the
+     * generic layer fills it in. */
+    mxd_status (*queue_create)(mxd_device *dev, mxd_queue **out,
+                               mxd_error *err);
+    void (*queue_destroy)(mxd_queue *q);
+    uintptr_t (*queue_native)(const mxd_queue *q);
+    bool (*queue_is_idle)(const mxd_queue *q);
+    mxd_status (*queue_synchronize)(mxd_queue *q, const mxd_wait *wait,
+                                    mxd_error *err);
+    mxd_status (*queue_wait_queue)(mxd_queue *q, mxd_queue *other,
+                                   mxd_error *err);
+    mxd_status (*queue_wait_event)(mxd_queue *q, mxd_event *ev, mxd_error *err);
+    mxd_status (*queue_wait_value)(mxd_queue *q, mxd_flag *flag, uint64_t value,
+                                   mxd_error *err);
+    mxd_status (*queue_host_fn)(mxd_queue *q, mxd_host_fn fn, mxd_error *err);
+    /* Enqueue the kickoff of mxd_queue_async_host_fn. */
+    mxd_status (*queue_async_kickoff)(mxd_queue *q, mxd_host_fn fn,
+                                      mxd_flag *flag, uint64_t value,
+                                      mxd_error *err);
+
+    /* Events */
+    mxd_status (*event_create)(mxd_device *dev, bool timing, mxd_event **out,
+                               mxd_error *err);
+    void (*event_destroy)(mxd_event *ev);
+    mxd_status (*event_record)(mxd_event *ev, mxd_queue *q, mxd_error *err);
+    mxd_status (*event_query)(mxd_event *ev, bool *ready, mxd_error *err);
+    mxd_status (*event_synchronize)(mxd_event *ev, const mxd_wait *wait,
+                                    mxd_error *err);
+    mxd_status (*event_elapsed)(mxd_event *start, mxd_event *end, double *ms,
+                                mxd_error *err);
+
+    /* Flags: allocate and free the slot (pinned, mapped memory on GPUs). */
+    mxd_status (*flag_slot_alloc)(mxd_flag *flag, mxd_error *err);
+    void (*flag_slot_free)(mxd_flag *flag);
+};
+
+extern const mxd_backend mxd_cpu_backend;
+
+/* ---- Shared helpers (error.c) ----------------------------------------- */
+
+/* Fills err (status and printf-style message) and returns the status. */
+mxd_status mxd_fail(mxd_error *err, mxd_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The same for a driver error, keeping its code and name. */
+mxd_status mxd_fail_driver(mxd_error *err, int code, const char *name,
+                           const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- Host work (hostwork.c) ------------------------------------------- */
+
+/* Runs fn inside the registered host runner, or discards it when the runner
+ * refuses (interpreter finalizing).  Used for one-off host work. */
+void mxd_host_fn_run_alone(mxd_host_fn fn);
+
+/* A batch of consecutive host functions under one runner entry. */
+typedef struct mxd_host_batch {
+    void *token;
+    bool entered;
+} mxd_host_batch;
+
+void mxd_host_batch_run(mxd_host_batch *batch, mxd_host_fn fn);
+void mxd_host_batch_end(mxd_host_batch *batch);
+void mxd_set_host_runner(const mxd_host_runner *runner);
+
+#endif /* MXD_BACKEND_H */

@@ -1,0 +1,174 @@
+/* Devices: the CPU device and the accelerators of the selected backend.
+ * Device objects live for the whole process. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "select.h"
+
+static mxd_device cpu_device = {
+    .ops = &mxd_cpu_backend,
+    .id = 0,
+    .mu = PTHREAD_MUTEX_INITIALIZER,
+};
+
+mxd_device *mxd_cpu(void)
+{
+    return &cpu_device;
+}
+
+mxd_status mxd_accelerator(int id, mxd_device **out, mxd_error *err)
+{
+    int count = mxd_accelerator_count();
+    if (count == 0)
+        return mxd_fail(err, MXD_INVALID,
+                        "failed to create device: no accelerator is "
+                        "available (%s)",
+                        mxd_selection_summary());
+    if (id == -1)
+        id = 0;
+    if (id < 0 || id >= count)
+        return mxd_fail(err, MXD_INVALID,
+                        "failed to create device: accelerator id %d is out "
+                        "of range; %d %s device%s found",
+                        id, count, mxd_accelerator_api(),
+                        count == 1 ? " was" : "s were");
+    *out = mxd_selected_device(id);
+    return MXD_OK;
+}
+
+const char *mxd_device_api(const mxd_device *dev)
+{
+    return dev->ops->api;
+}
+
+int mxd_device_id(const mxd_device *dev)
+{
+    return dev->id;
+}
+
+bool mxd_device_is_host(const mxd_device *dev)
+{
+    return dev == &cpu_device;
+}
+
+bool mxd_device_is_host_unified(const mxd_device *dev)
+{
+    return dev->ops->is_host_unified(dev);
+}
+
+mxd_status mxd_device_architecture(const mxd_device *dev, char *buf,
+                                   size_t size, mxd_error *err)
+{
+    return dev->ops->architecture(dev, buf, size, err);
+}
+
+mxd_status mxd_device_model_name(const mxd_device *dev, char *buf, size_t size,
+                                 mxd_error *err)
+{
+    return dev->ops->model_name(dev, buf, size, err);
+}
+
+mxd_status mxd_device_memory(const mxd_device *dev, mxd_memory_stats *out,
+                             mxd_error *err)
+{
+    memset(out, 0, sizeof *out);
+    return dev->ops->memory(dev, out, err);
+}
+
+mxd_status mxd_device_max_alloc(const mxd_device *dev, uint64_t *out,
+                                mxd_error *err)
+{
+    /* No driver reports a single-allocation limit below the device's
+     * memory, so the total is the largest request that can succeed. */
+    mxd_memory_stats stats;
+    mxd_status st = mxd_device_memory(dev, &stats, err);
+    if (st == MXD_OK)
+        *out = stats.total_memory;
+    return st;
+}
+
+mxd_status mxd_device_can_access(const mxd_device *dev, const mxd_device *peer,
+                                 bool *out, mxd_error *err)
+{
+    /* As MAX reports it: no peer access involving the host, and none of a
+     * device with itself. */
+    if (dev == peer || mxd_device_is_host(dev) || mxd_device_is_host(peer) ||
+        dev->ops != peer->ops) {
+        *out = false;
+        return MXD_OK;
+    }
+    return dev->ops->can_access(dev, peer, out, err);
+}
+
+mxd_queue *mxd_device_default_queue(mxd_device *dev, mxd_error *err)
+{
+    pthread_mutex_lock(&dev->mu);
+    mxd_queue *q = dev->default_queue;
+    pthread_mutex_unlock(&dev->mu);
+    if (q)
+        return q;
+    if (mxd_queue_create(dev, &q, err) != MXD_OK)
+        return NULL;
+    q->is_default = true;
+    pthread_mutex_lock(&dev->mu);
+    if (!dev->default_queue) {
+        dev->default_queue = q; /* the device keeps this reference */
+        q = NULL;
+    }
+    mxd_queue *result = dev->default_queue;
+    pthread_mutex_unlock(&dev->mu);
+    if (q) /* another thread won the race */
+        mxd_queue_release(q);
+    return result;
+}
+
+/* Retains every live queue of dev into *out (malloc'd); returns the count
+ * or -1 when out of memory. */
+static long retain_queues(mxd_device *dev, mxd_queue ***out)
+{
+    pthread_mutex_lock(&dev->mu);
+    long count = 0;
+    for (mxd_queue *q = dev->queues; q; q = q->next)
+        count++;
+    mxd_queue **queues = malloc((size_t)(count ? count : 1) * sizeof *queues);
+    long kept = 0;
+    for (mxd_queue *q = queues ? dev->queues : NULL; q; q = q->next) {
+        /* A queue whose count reached zero is being destroyed and has no
+         * pending work: skip it rather than resurrect it. */
+        long refs = atomic_load(&q->refs);
+        while (refs > 0 &&
+               !atomic_compare_exchange_weak(&q->refs, &refs, refs + 1))
+            ;
+        if (refs > 0)
+            queues[kept++] = q;
+    }
+    pthread_mutex_unlock(&dev->mu);
+    *out = queues;
+    return queues ? kept : -1;
+}
+
+mxd_status mxd_device_synchronize(mxd_device *dev, const mxd_wait *wait,
+                                  mxd_error *err)
+{
+    mxd_queue **queues;
+    long count = retain_queues(dev, &queues);
+    if (count < 0)
+        return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
+    /* One deadline for the whole device: each queue gets what is left. */
+    int64_t start = mxd_now_ns();
+    mxd_wait left = wait ? *wait : (mxd_wait){.timeout = -1};
+    mxd_status st = MXD_OK;
+    for (long i = 0; i < count; i++) {
+        if (st == MXD_OK && left.timeout >= 0) {
+            double spent = (double)(mxd_now_ns() - start) / MXD_SECOND;
+            left.timeout = spent < wait->timeout ? wait->timeout - spent : 0;
+        }
+        if (st == MXD_OK)
+            st = mxd_queue_synchronize(queues[i], &left, err);
+        mxd_queue_release(queues[i]);
+    }
+    free(queues);
+    return st;
+}

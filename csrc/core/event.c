@@ -1,0 +1,55 @@
+/* Events: the generic entry points; the timeline logic is the backend's. */
+#include "backend.h"
+
+mxd_status mxd_event_create(mxd_device *dev, bool enable_timing,
+                            mxd_event **out, mxd_error *err)
+{
+    mxd_event *ev;
+    mxd_status st = dev->ops->event_create(dev, enable_timing, &ev, err);
+    if (st != MXD_OK)
+        return st;
+    ev->device = dev;
+    ev->ops = dev->ops;
+    ev->timing = enable_timing;
+    *out = ev;
+    return MXD_OK;
+}
+
+void mxd_event_destroy(mxd_event *ev)
+{
+    if (ev)
+        ev->ops->event_destroy(ev);
+}
+
+mxd_device *mxd_event_device(const mxd_event *ev)
+{
+    return ev->device;
+}
+
+mxd_status mxd_event_query(mxd_event *ev, bool *ready, mxd_error *err)
+{
+    return ev->ops->event_query(ev, ready, err);
+}
+
+mxd_status mxd_event_synchronize(mxd_event *ev, const mxd_wait *wait,
+                                 mxd_error *err)
+{
+    return ev->ops->event_synchronize(ev, wait, err);
+}
+
+mxd_status mxd_event_elapsed(mxd_event *start, mxd_event *end, double *ms,
+                             mxd_error *err)
+{
+    if (!start->timing || !end->timing)
+        return mxd_fail(err, MXD_UNAVAILABLE,
+                        "elapsed_time() needs two events created with "
+                        "enable_timing=True; timing is disabled on the %s "
+                        "event",
+                        !start->timing ? "start" : "end");
+    if (start->ops != end->ops)
+        return mxd_fail(err, MXD_UNAVAILABLE,
+                        "elapsed_time() cannot compare a %s event with a %s "
+                        "event",
+                        start->ops->api, end->ops->api);
+    return start->ops->event_elapsed(start, end, ms, err);
+}

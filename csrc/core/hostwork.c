@@ -1,0 +1,46 @@
+/* Running user host functions through the runner the binding registered
+ * (for Python: taking the GIL). */
+#include "backend.h"
+
+static mxd_host_runner host_runner;
+static atomic_bool shutting_down;
+
+void mxd_shutdown(void)
+{
+    atomic_store(&shutting_down, true);
+}
+
+void mxd_set_host_runner(const mxd_host_runner *runner)
+{
+    host_runner = *runner;
+}
+
+void mxd_host_batch_run(mxd_host_batch *batch, mxd_host_fn fn)
+{
+    if (!batch->entered) {
+        if (atomic_load(&shutting_down))
+            batch->token = NULL;
+        else
+            batch->token = host_runner.enter ? host_runner.enter() : batch;
+        batch->entered = true;
+    }
+    if (batch->token)
+        fn.run(fn.data);
+    else
+        fn.discard(fn.data);
+}
+
+void mxd_host_batch_end(mxd_host_batch *batch)
+{
+    if (batch->entered && batch->token && host_runner.leave)
+        host_runner.leave(batch->token);
+    batch->entered = false;
+    batch->token = NULL;
+}
+
+void mxd_host_fn_run_alone(mxd_host_fn fn)
+{
+    mxd_host_batch batch = {0};
+    mxd_host_batch_run(&batch, fn);
+    mxd_host_batch_end(&batch);
+}

@@ -1,0 +1,194 @@
+/* The public interface of the max.driver C core.
+ *
+ * Pure C11 + pthreads: nothing here knows Python, and nothing outside
+ * csrc/core knows a driver.  Every call that can fail returns an
+ * mxd_status and fills an mxd_error that the binding layer turns into an
+ * exception; the status says which kind of exception (see mxd_status).
+ *
+ * Objects are reference counted (retain/release) and thread-safe: any
+ * function may be called from any thread without external locking.
+ * Work enqueued on a queue keeps every object it needs alive until it has
+ * run, so a caller may release its references right after enqueueing. */
+#ifndef MXD_H
+#define MXD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What went wrong, chosen so that each value maps to one Python exception. */
+typedef enum mxd_status {
+    MXD_OK = 0,
+    MXD_INVALID,     /* wrong device or invalid state       -> ValueError   */
+    MXD_DRIVER,      /* the driver failed (name and code)   -> ValueError   */
+    MXD_UNAVAILABLE, /* feature or result not available     -> RuntimeError */
+    MXD_TIMEOUT,     /* a wait ran past its timeout         -> TimeoutError */
+    MXD_INTERRUPTED, /* the wait's poll callback asked to stop (the caller
+                        already knows why, e.g. a pending signal)           */
+    MXD_NO_MEMORY,   /* allocation failed                    -> MemoryError */
+    MXD_IMPORT,      /* a forced backend cannot be used      -> ImportError  */
+} mxd_status;
+
+typedef struct mxd_error {
+    mxd_status status;
+    int code;          /* driver error code, 0 when not from a driver */
+    char name[64];     /* driver error name, e.g. "CUDA_ERROR_INVALID_VALUE" */
+    char message[512]; /* a complete sentence for the user */
+} mxd_error;
+
+typedef struct mxd_device mxd_device;
+typedef struct mxd_queue mxd_queue;
+typedef struct mxd_event mxd_event;
+typedef struct mxd_flag mxd_flag;
+
+/* How to wait: every blocking call waits in bounded slices and calls
+ * `poll` between them (with no lock held); a non-zero return stops the wait
+ * with MXD_INTERRUPTED.  `timeout` < 0 waits forever. */
+typedef struct mxd_wait {
+    double timeout;
+    int (*poll)(void *ctx);
+    void *ctx;
+} mxd_wait;
+
+/* Work items that run user code (host functions) are run between
+ * enter() and leave() of the registered runner; consecutive items on one
+ * worker share one enter()/leave() pair.  enter() returns NULL to refuse
+ * (e.g. the interpreter is finalizing): the item's `discard` runs instead
+ * of its `run`, without the runner. */
+typedef struct mxd_host_runner {
+    void *(*enter)(void);
+    void (*leave)(void *token);
+} mxd_host_runner;
+
+typedef struct mxd_host_fn {
+    void (*run)(void *data);     /* runs inside the runner */
+    void (*discard)(void *data); /* frees data when the work never runs */
+    void *data;
+} mxd_host_fn;
+
+/* ---- Initialisation and backend selection ------------------------------ */
+
+/* Reads MAX_DRIVER_BACKEND / MAX_DRIVER_{CUDA,HIP}_LIBRARY and picks the
+ * accelerator backend.  Idempotent.  Fails (MXD_IMPORT) only when a forced
+ * backend cannot be used or the variable's value is not understood. */
+mxd_status mxd_init(const mxd_host_runner *runner, mxd_error *err);
+
+/* Stops running host work that has not started yet (it is discarded
+ * instead).  Called at interpreter exit. */
+void mxd_shutdown(void);
+
+typedef struct mxd_selection {
+    const char *api;     /* "cuda" or "hip" */
+    const char *library; /* path tried, NULL when none was tried */
+    bool loaded;
+    int device_count;
+    const char *error; /* NULL when there was none */
+    bool chosen;
+} mxd_selection;
+
+size_t mxd_selection_count(void);
+const mxd_selection *mxd_selection_at(size_t i);
+/* One line per backend considered, for error messages. */
+const char *mxd_selection_summary(void);
+
+int mxd_accelerator_count(void);
+/* "cuda" or "hip", or NULL when there is no accelerator backend. */
+const char *mxd_accelerator_api(void);
+
+/* ---- Devices (never destroyed; one object per device) ------------------ */
+
+mxd_device *mxd_cpu(void);
+mxd_status mxd_accelerator(int id, mxd_device **out, mxd_error *err);
+
+const char *mxd_device_api(const mxd_device *dev); /* "cpu","cuda","hip" */
+int mxd_device_id(const mxd_device *dev);
+bool mxd_device_is_host(const mxd_device *dev);
+bool mxd_device_is_host_unified(const mxd_device *dev);
+
+typedef struct mxd_memory_stats {
+    uint64_t free_memory;
+    uint64_t total_memory;
+    bool has_graph_memory; /* GPUs only */
+    uint64_t graph_mem_reserved;
+    uint64_t graph_mem_used;
+} mxd_memory_stats;
+
+mxd_status mxd_device_architecture(const mxd_device *dev, char *buf,
+                                   size_t size, mxd_error *err);
+mxd_status mxd_device_model_name(const mxd_device *dev, char *buf, size_t size,
+                                 mxd_error *err);
+mxd_status mxd_device_memory(const mxd_device *dev, mxd_memory_stats *out,
+                             mxd_error *err);
+mxd_status mxd_device_max_alloc(const mxd_device *dev, uint64_t *out,
+                                mxd_error *err);
+mxd_status mxd_device_can_access(const mxd_device *dev, const mxd_device *peer,
+                                 bool *out, mxd_error *err);
+/* The device's default queue; borrowed, lives as long as the device. */
+mxd_queue *mxd_device_default_queue(mxd_device *dev, mxd_error *err);
+mxd_status mxd_device_synchronize(mxd_device *dev, const mxd_wait *wait,
+                                  mxd_error *err);
+
+/* ---- Queues ------------------------------------------------------------ */
+
+mxd_status mxd_queue_create(mxd_device *dev, mxd_queue **out, mxd_error *err);
+void mxd_queue_retain(mxd_queue *q);
+void mxd_queue_release(mxd_queue *q);
+mxd_device *mxd_queue_device(const mxd_queue *q);
+bool mxd_queue_is_default(const mxd_queue *q);
+/* The CUstream / hipStream_t; 0 on CPU. */
+uintptr_t mxd_queue_native_handle(const mxd_queue *q);
+
+/* True when everything enqueued so far has completed. */
+bool mxd_queue_is_idle(const mxd_queue *q);
+mxd_status mxd_queue_synchronize(mxd_queue *q, const mxd_wait *wait,
+                                 mxd_error *err);
+/* Work enqueued on q afterwards waits for all work on `other` so far. */
+mxd_status mxd_queue_wait_queue(mxd_queue *q, mxd_queue *other, mxd_error *err);
+/* Work enqueued on q afterwards waits for the point `ev` is recorded at
+ * now (nothing when unrecorded). */
+mxd_status mxd_queue_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err);
+/* Work enqueued on q afterwards waits until flag's value equals `value`. */
+mxd_status mxd_queue_wait_value(mxd_queue *q, mxd_flag *flag, uint64_t value,
+                                mxd_error *err);
+/* Runs fn after earlier work on q; later work waits for it.  On success the
+ * queue owns fn.data (run or discard frees it); on failure the caller does. */
+mxd_status mxd_queue_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_error *err);
+/* Enqueues a kickoff that resets `flag` to 0 and hands fn to the CPU worker
+ * pool, which runs it and then signals `value` into `flag`. */
+mxd_status mxd_queue_async_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
+                                   uint64_t value, mxd_error *err);
+
+/* ---- Events ------------------------------------------------------------ */
+
+mxd_status mxd_event_create(mxd_device *dev, bool enable_timing,
+                            mxd_event **out, mxd_error *err);
+void mxd_event_destroy(mxd_event *ev);
+mxd_device *mxd_event_device(const mxd_event *ev);
+/* Records ev at the current end of q (moves it if already recorded). */
+mxd_status mxd_queue_record(mxd_queue *q, mxd_event *ev, mxd_error *err);
+/* *ready is true when the recorded point completed or ev is unrecorded. */
+mxd_status mxd_event_query(mxd_event *ev, bool *ready, mxd_error *err);
+mxd_status mxd_event_synchronize(mxd_event *ev, const mxd_wait *wait,
+                                 mxd_error *err);
+mxd_status mxd_event_elapsed(mxd_event *start, mxd_event *end, double *ms,
+                             mxd_error *err);
+
+/* ---- Completion flags -------------------------------------------------- */
+
+mxd_status mxd_flag_create(mxd_device *dev, mxd_flag **out, mxd_error *err);
+void mxd_flag_retain(mxd_flag *flag);
+void mxd_flag_release(mxd_flag *flag);
+mxd_device *mxd_flag_device(const mxd_flag *flag);
+/* Device-visible address of the 8-byte slot (host address on CPU). */
+uintptr_t mxd_flag_device_ptr(const mxd_flag *flag);
+void mxd_flag_signal(mxd_flag *flag, uint64_t value); /* release store */
+uint64_t mxd_flag_load(const mxd_flag *flag);         /* acquire load */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MXD_H */

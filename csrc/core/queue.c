@@ -1,0 +1,141 @@
+/* Queues: reference counting, the device's list of queues, and the checks
+ * every backend shares before it enqueues anything. */
+#include "backend.h"
+
+static void link_queue(mxd_device *dev, mxd_queue *q)
+{
+    pthread_mutex_lock(&dev->mu);
+    q->next = dev->queues;
+    if (dev->queues)
+        dev->queues->prev = q;
+    dev->queues = q;
+    pthread_mutex_unlock(&dev->mu);
+}
+
+static void unlink_queue(mxd_device *dev, mxd_queue *q)
+{
+    pthread_mutex_lock(&dev->mu);
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        dev->queues = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    pthread_mutex_unlock(&dev->mu);
+}
+
+mxd_status mxd_queue_create(mxd_device *dev, mxd_queue **out, mxd_error *err)
+{
+    mxd_queue *q;
+    mxd_status st = dev->ops->queue_create(dev, &q, err);
+    if (st != MXD_OK)
+        return st;
+    atomic_init(&q->refs, 1);
+    q->device = dev;
+    q->ops = dev->ops;
+    q->is_default = false;
+    q->prev = q->next = NULL;
+    link_queue(dev, q);
+    *out = q;
+    return MXD_OK;
+}
+
+void mxd_queue_retain(mxd_queue *q)
+{
+    atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
+}
+
+void mxd_queue_release(mxd_queue *q)
+{
+    if (atomic_fetch_sub_explicit(&q->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    unlink_queue(q->device, q);
+    q->ops->queue_destroy(q);
+}
+
+mxd_device *mxd_queue_device(const mxd_queue *q)
+{
+    return q->device;
+}
+
+bool mxd_queue_is_default(const mxd_queue *q)
+{
+    return q->is_default;
+}
+
+uintptr_t mxd_queue_native_handle(const mxd_queue *q)
+{
+    return q->ops->queue_native(q);
+}
+
+bool mxd_queue_is_idle(const mxd_queue *q)
+{
+    return q->ops->queue_is_idle(q);
+}
+
+mxd_status mxd_queue_synchronize(mxd_queue *q, const mxd_wait *wait,
+                                 mxd_error *err)
+{
+    return q->ops->queue_synchronize(q, wait, err);
+}
+
+static mxd_status cross_backend(mxd_error *err, const mxd_queue *q,
+                                const char *what, const mxd_device *other)
+{
+    return mxd_fail(err, MXD_INVALID,
+                    "a %s queue cannot wait for %s on a %s device; "
+                    "synchronize on the host instead (call its "
+                    "synchronize() before enqueueing the dependent work)",
+                    q->ops->api, what, other->ops->api);
+}
+
+mxd_status mxd_queue_wait_queue(mxd_queue *q, mxd_queue *other, mxd_error *err)
+{
+    if (q == other)
+        return MXD_OK; /* a queue is always ordered after itself */
+    if (q->ops != other->ops)
+        return cross_backend(err, q, "a queue", other->device);
+    return q->ops->queue_wait_queue(q, other, err);
+}
+
+mxd_status mxd_queue_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err)
+{
+    if (q->ops != ev->ops)
+        return cross_backend(err, q, "an event", ev->device);
+    return q->ops->queue_wait_event(q, ev, err);
+}
+
+mxd_status mxd_queue_wait_value(mxd_queue *q, mxd_flag *flag, uint64_t value,
+                                mxd_error *err)
+{
+    if (flag->device != q->device)
+        return mxd_fail(err, MXD_INVALID,
+                        "the completion flag belongs to %s device %d, but "
+                        "the queue runs on %s device %d",
+                        flag->ops->api, flag->device->id, q->ops->api,
+                        q->device->id);
+    return q->ops->queue_wait_value(q, flag, value, err);
+}
+
+mxd_status mxd_queue_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_error *err)
+{
+    return q->ops->queue_host_fn(q, fn, err);
+}
+
+mxd_status mxd_queue_async_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
+                                   uint64_t value, mxd_error *err)
+{
+    return q->ops->queue_async_kickoff(q, fn, flag, value, err);
+}
+
+mxd_status mxd_queue_record(mxd_queue *q, mxd_event *ev, mxd_error *err)
+{
+    if (ev->device != q->device)
+        return mxd_fail(err, MXD_INVALID,
+                        "the event belongs to %s device %d, but the queue "
+                        "runs on %s device %d; record it on a queue of its "
+                        "own device",
+                        ev->ops->api, ev->device->id, q->ops->api,
+                        q->device->id);
+    return q->ops->event_record(ev, q, err);
+}

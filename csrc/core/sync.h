@@ -1,0 +1,44 @@
+/* Parking threads until a condition holds, with timeouts and polling.
+ *
+ * A notifier pairs a condition variable with a count of parked threads so
+ * that the notifying side costs one atomic load when nobody waits (the hot
+ * path of flag.signal and of every completed work item). */
+#ifndef MXD_SYNC_H
+#define MXD_SYNC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mxd.h"
+
+typedef struct mxd_notifier {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
+    atomic_uint parked;
+} mxd_notifier;
+
+int mxd_notifier_init(mxd_notifier *n);
+void mxd_notifier_destroy(mxd_notifier *n);
+
+/* Wakes every thread parked on n.  Call after making the condition true
+ * (with a sequentially consistent or release store). */
+void mxd_notify_all(mxd_notifier *n);
+
+typedef bool (*mxd_ready_fn)(const void *arg);
+
+/* Blocks until ready(arg) is true, waking at least every `slice_ns` to
+ * re-check it (so writes that do not notify are still seen) and to run
+ * wait->poll.  wait == NULL waits forever without polling.  Returns
+ * MXD_OK, MXD_TIMEOUT or MXD_INTERRUPTED (err filled for the timeout). */
+mxd_status mxd_park(mxd_notifier *n, mxd_ready_fn ready, const void *arg,
+                    const mxd_wait *wait, int64_t slice_ns, mxd_error *err);
+
+/* Nanoseconds on the monotonic clock. */
+int64_t mxd_now_ns(void);
+
+#define MXD_MS (1000 * 1000LL)
+#define MXD_SECOND (1000 * MXD_MS)
+
+#endif /* MXD_SYNC_H */
