@@ -15,7 +15,12 @@
 #include "backend.h"
 #include "select.h"
 
-enum { MAX_APIS = 2, ERROR_SIZE = 1024, PATH_SIZE = 1024 };
+enum {
+    MAX_APIS = 2,
+    ERROR_SIZE = 1024,
+    PATH_SIZE = 1024,
+    REASON_SIZE = ERROR_SIZE + PATH_SIZE + 2, /* "<library>: <error>" */
+};
 
 typedef struct probe_result {
     char library[PATH_SIZE];
@@ -147,7 +152,7 @@ static struct {
     size_t count;
     probe_result results[MAX_APIS];
     mxd_selection entries[MAX_APIS];
-    char summary[MAX_APIS * (ERROR_SIZE + PATH_SIZE)];
+    char summary[MAX_APIS * (REASON_SIZE + 16)];
 } sel = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* The path the dynamic loader actually opened for `lib`. */
@@ -245,7 +250,7 @@ static void publish(void)
             .error = r->error[0] ? r->error : NULL,
             .chosen = false,
         };
-        char reason[ERROR_SIZE + PATH_SIZE];
+        char reason[REASON_SIZE];
         describe(r, reason, sizeof reason);
         int n = snprintf(sel.summary + used, sizeof sel.summary - used,
                          "%s%s: %s", used ? "; " : "", gpu_apis[i].api, reason);
@@ -289,7 +294,7 @@ static void select_backend(void)
         }
         probe(&gpu_apis[i], r);
         if (forced == i && r->failed) {
-            char reason[ERROR_SIZE + PATH_SIZE];
+            char reason[REASON_SIZE];
             describe(r, reason, sizeof reason);
             mxd_fail(&sel.failure, MXD_IMPORT,
                      "MAX_DRIVER_BACKEND=%s, but the %s backend cannot be "
