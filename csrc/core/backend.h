@@ -84,9 +84,10 @@ struct mxd_backend {
                                       mxd_error *err);
 
     /* Events */
-    mxd_status (*event_create)(mxd_device *dev, bool timing, mxd_event **out,
-                               mxd_error *err);
-    void (*event_destroy)(mxd_event *ev);
+    /* Events live in caller storage (mxd_event_storage); init fills the
+     * backend part, the generic layer the rest. */
+    mxd_status (*event_init)(mxd_event *ev, mxd_error *err);
+    void (*event_fini)(mxd_event *ev);
     mxd_status (*event_record)(mxd_event *ev, mxd_queue *q, mxd_error *err);
     mxd_status (*event_query)(mxd_event *ev, bool *ready, mxd_error *err);
     mxd_status (*event_synchronize)(mxd_event *ev, const mxd_wait *wait,

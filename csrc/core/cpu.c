@@ -78,8 +78,8 @@ struct cpu_queue {
 
 typedef struct cpu_event {
     mxd_event base;
-    pthread_mutex_t mu; /* guards the point below */
-    cpu_queue *queue;   /* NULL: unrecorded, or recorded and complete */
+    mxd_spinlock lock; /* guards the point below (a few loads and stores) */
+    cpu_queue *queue;  /* NULL: unrecorded, or recorded and complete */
     uint64_t ticket;
     bool recorded;
     cpu_stamp *stamp; /* timing events: when the point completed */
@@ -393,11 +393,11 @@ static mxd_status cpu_queue_wait_queue(mxd_queue *q, mxd_queue *other,
 
 static cpu_point event_point(cpu_event *ev)
 {
-    pthread_mutex_lock(&ev->mu);
+    mxd_spin_lock(&ev->lock);
     cpu_point point = {ev->queue, ev->ticket};
     if (point.queue)
         mxd_queue_retain(&point.queue->base);
-    pthread_mutex_unlock(&ev->mu);
+    mxd_spin_unlock(&ev->lock);
     return point;
 }
 
@@ -464,27 +464,27 @@ static mxd_status cpu_queue_async_kickoff(mxd_queue *q, mxd_host_fn fn,
 
 /* ---- Events -------------------------------------------------------------- */
 
-static mxd_status cpu_event_create(mxd_device *dev, bool timing,
-                                   mxd_event **out, mxd_error *err)
+_Static_assert(sizeof(cpu_event) <= MXD_EVENT_STORAGE_SIZE,
+               "a CPU event must fit in mxd_event_storage");
+
+static mxd_status cpu_event_init(mxd_event *base, mxd_error *err)
 {
-    (void)dev;
-    (void)timing;
-    cpu_event *ev = calloc(1, sizeof *ev);
-    if (!ev)
-        return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
-    pthread_mutex_init(&ev->mu, NULL);
-    *out = &ev->base;
+    (void)err;
+    cpu_event *ev = as_cpu_event(base);
+    mxd_spin_init(&ev->lock);
+    ev->queue = NULL;
+    ev->ticket = 0;
+    ev->recorded = false;
+    ev->stamp = NULL;
     return MXD_OK;
 }
 
-static void cpu_event_destroy(mxd_event *base)
+static void cpu_event_fini(mxd_event *base)
 {
     cpu_event *ev = as_cpu_event(base);
     if (ev->queue)
         mxd_queue_release(&ev->queue->base);
     stamp_release(ev->stamp);
-    pthread_mutex_destroy(&ev->mu);
-    free(ev);
 }
 
 /* For a timing event: a stamp that gets the time when the point completes.
@@ -536,14 +536,14 @@ static mxd_status cpu_event_record(mxd_event *base, mxd_queue *qbase,
     } else {
         point = current_point(q);
     }
-    pthread_mutex_lock(&ev->mu);
+    mxd_spin_lock(&ev->lock);
     cpu_queue *old_queue = ev->queue;
     cpu_stamp *old_stamp = ev->stamp;
     ev->queue = point.queue;
     ev->ticket = point.ticket;
     ev->stamp = stamp;
     ev->recorded = true;
-    pthread_mutex_unlock(&ev->mu);
+    mxd_spin_unlock(&ev->lock);
     if (old_queue)
         mxd_queue_release(&old_queue->base);
     stamp_release(old_stamp);
@@ -552,9 +552,9 @@ static mxd_status cpu_event_record(mxd_event *base, mxd_queue *qbase,
 
 static bool event_ready(cpu_event *ev)
 {
-    pthread_mutex_lock(&ev->mu);
+    mxd_spin_lock(&ev->lock);
     bool ready = !ev->queue || point_reached(ev->queue, ev->ticket);
-    pthread_mutex_unlock(&ev->mu);
+    mxd_spin_unlock(&ev->lock);
     return ready;
 }
 
@@ -580,11 +580,11 @@ static mxd_status cpu_event_synchronize(mxd_event *ev, const mxd_wait *wait,
 static mxd_status completed_stamp(cpu_event *ev, const char *which, int64_t *ns,
                                   mxd_error *err)
 {
-    pthread_mutex_lock(&ev->mu);
+    mxd_spin_lock(&ev->lock);
     bool recorded = ev->recorded;
     bool ready = !ev->queue || point_reached(ev->queue, ev->ticket);
     *ns = ev->stamp ? ev->stamp->ns : 0;
-    pthread_mutex_unlock(&ev->mu);
+    mxd_spin_unlock(&ev->lock);
     if (!recorded)
         return mxd_fail(err, MXD_UNAVAILABLE,
                         "elapsed_time(): the %s event has not been recorded",
@@ -743,8 +743,8 @@ const mxd_backend mxd_cpu_backend = {
     .queue_wait_value = cpu_queue_wait_value,
     .queue_host_fn = cpu_queue_host_fn,
     .queue_async_kickoff = cpu_queue_async_kickoff,
-    .event_create = cpu_event_create,
-    .event_destroy = cpu_event_destroy,
+    .event_init = cpu_event_init,
+    .event_fini = cpu_event_fini,
     .event_record = cpu_event_record,
     .event_query = cpu_event_query,
     .event_synchronize = cpu_event_synchronize,

@@ -1,24 +1,23 @@
 /* Events: the generic entry points; the timeline logic is the backend's. */
 #include "backend.h"
 
-mxd_status mxd_event_create(mxd_device *dev, bool enable_timing,
-                            mxd_event **out, mxd_error *err)
+mxd_status mxd_event_init(mxd_event_storage *storage, mxd_device *dev,
+                          bool enable_timing, mxd_event **out, mxd_error *err)
 {
-    mxd_event *ev;
-    mxd_status st = dev->ops->event_create(dev, enable_timing, &ev, err);
-    if (st != MXD_OK)
-        return st;
+    mxd_event *ev = (mxd_event *)storage;
     ev->device = dev;
     ev->ops = dev->ops;
     ev->timing = enable_timing;
-    *out = ev;
-    return MXD_OK;
+    mxd_status st = dev->ops->event_init(ev, err);
+    if (st == MXD_OK)
+        *out = ev;
+    return st;
 }
 
-void mxd_event_destroy(mxd_event *ev)
+void mxd_event_fini(mxd_event *ev)
 {
     if (ev)
-        ev->ops->event_destroy(ev);
+        ev->ops->event_fini(ev);
 }
 
 mxd_device *mxd_event_device(const mxd_event *ev)

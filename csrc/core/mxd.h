@@ -164,9 +164,20 @@ mxd_status mxd_queue_async_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
 
 /* ---- Events ------------------------------------------------------------ */
 
-mxd_status mxd_event_create(mxd_device *dev, bool enable_timing,
-                            mxd_event **out, mxd_error *err);
-void mxd_event_destroy(mxd_event *ev);
+/* An event lives in storage its owner provides (the binding embeds it in
+ * each DeviceEvent object), which spares an allocation on record_event(),
+ * the hottest call.  Opaque; large enough for every backend's event. */
+enum { MXD_EVENT_STORAGE_SIZE = 96 };
+typedef struct mxd_event_storage {
+    _Alignas(16) unsigned char bytes[MXD_EVENT_STORAGE_SIZE];
+} mxd_event_storage;
+
+/* Initialises an unrecorded event in `storage`; *out points into it. */
+mxd_status mxd_event_init(mxd_event_storage *storage, mxd_device *dev,
+                          bool enable_timing, mxd_event **out, mxd_error *err);
+/* Releases what the event holds; its storage may then be freed.  Work that
+ * waits for the event's point does not need the event itself. */
+void mxd_event_fini(mxd_event *ev);
 mxd_device *mxd_event_device(const mxd_event *ev);
 /* Records ev at the current end of q (moves it if already recorded). */
 mxd_status mxd_queue_record(mxd_queue *q, mxd_event *ev, mxd_error *err);

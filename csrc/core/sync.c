@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <time.h>
 
 #include "backend.h"
@@ -9,6 +10,28 @@
 /* Spinning only pays off when the other side is about to finish; keep it
  * to roughly a microsecond so a two-core machine does not lose a core. */
 enum { SPIN_CHECKS = 64 };
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void mxd_spin_wait(mxd_spinlock *lock)
+{
+    for (unsigned spins = 0;; spins++) {
+        if (!atomic_load_explicit(&lock->held, memory_order_relaxed) &&
+            !atomic_exchange_explicit(&lock->held, true, memory_order_acquire))
+            return;
+        if (spins < 100)
+            cpu_relax();
+        else
+            sched_yield(); /* the holder was preempted: let it run */
+    }
+}
 
 int64_t mxd_now_ns(void)
 {
@@ -97,9 +120,7 @@ mxd_status mxd_park(mxd_notifier *n, mxd_ready_fn ready, const void *arg,
     for (int i = 0; i < SPIN_CHECKS; i++) {
         if (ready(arg))
             return MXD_OK;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        cpu_relax();
     }
     int64_t start = mxd_now_ns();
     int64_t deadline = deadline_of(wait, start);

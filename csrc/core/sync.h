@@ -35,6 +35,32 @@ typedef bool (*mxd_ready_fn)(const void *arg);
 mxd_status mxd_park(mxd_notifier *n, mxd_ready_fn ready, const void *arg,
                     const mxd_wait *wait, int64_t slice_ns, mxd_error *err);
 
+/* A lock for critical sections of a few loads and stores (an event's
+ * point), where a mutex's two atomic operations and calls would be most of
+ * the cost of the hottest calls.  Yields the CPU if the holder was
+ * preempted. */
+typedef struct mxd_spinlock {
+    atomic_bool held;
+} mxd_spinlock;
+
+void mxd_spin_wait(mxd_spinlock *lock);
+
+static inline void mxd_spin_init(mxd_spinlock *lock)
+{
+    atomic_init(&lock->held, false);
+}
+
+static inline void mxd_spin_lock(mxd_spinlock *lock)
+{
+    if (atomic_exchange_explicit(&lock->held, true, memory_order_acquire))
+        mxd_spin_wait(lock);
+}
+
+static inline void mxd_spin_unlock(mxd_spinlock *lock)
+{
+    atomic_store_explicit(&lock->held, false, memory_order_release);
+}
+
 /* Nanoseconds on the monotonic clock. */
 int64_t mxd_now_ns(void);
 

@@ -15,13 +15,13 @@ static mxd_error err;
 static const mxd_wait forever = {.timeout = -1};
 static const mxd_wait briefly = {.timeout = 0.05};
 
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n",    \
-                    __FILE__, __LINE__, #cond, err.message);                 \
-            exit(1);                                                         \
-        }                                                                    \
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n",      \
+                    __FILE__, __LINE__, #cond, err.message);                   \
+            exit(1);                                                           \
+        }                                                                      \
     } while (0)
 #define OK(call) CHECK((call) == MXD_OK)
 
@@ -105,8 +105,9 @@ static void test_cross_queue_wait_and_events(void)
     reset_log();
     mxd_queue *a = new_queue(), *b = new_queue();
     mxd_flag *gate = new_flag();
+    mxd_event_storage ev_storage;
     mxd_event *ev;
-    OK(mxd_event_create(mxd_cpu(), false, &ev, &err));
+    OK(mxd_event_init(&ev_storage, mxd_cpu(), false, &ev, &err));
     bool ready;
     OK(mxd_event_query(ev, &ready, &err));
     CHECK(ready); /* unrecorded */
@@ -125,7 +126,7 @@ static void test_cross_queue_wait_and_events(void)
     OK(mxd_device_synchronize(mxd_cpu(), &forever, &err));
     CHECK(atomic_load(&log_len) == 3);
     CHECK(atomic_load(&log_items[0]) == 1);
-    mxd_event_destroy(ev);
+    mxd_event_fini(ev);
     mxd_flag_release(gate);
     mxd_queue_release(a);
     mxd_queue_release(b);
@@ -135,9 +136,10 @@ static void test_event_timing(void)
 {
     mxd_queue *q = new_queue();
     mxd_flag *gate = new_flag();
+    mxd_event_storage storage[2];
     mxd_event *start, *end;
-    OK(mxd_event_create(mxd_cpu(), true, &start, &err));
-    OK(mxd_event_create(mxd_cpu(), true, &end, &err));
+    OK(mxd_event_init(&storage[0], mxd_cpu(), true, &start, &err));
+    OK(mxd_event_init(&storage[1], mxd_cpu(), true, &end, &err));
     double ms;
     CHECK(mxd_event_elapsed(start, end, &ms, &err) == MXD_UNAVAILABLE);
     OK(mxd_queue_record(q, start, &err));
@@ -149,8 +151,8 @@ static void test_event_timing(void)
     OK(mxd_event_synchronize(end, &forever, &err));
     OK(mxd_event_elapsed(start, end, &ms, &err));
     CHECK(ms >= 19.0 && ms < 10000.0);
-    mxd_event_destroy(start);
-    mxd_event_destroy(end);
+    mxd_event_fini(start);
+    mxd_event_fini(end);
     mxd_flag_release(gate);
     mxd_queue_release(q);
 }
@@ -189,8 +191,8 @@ static void test_many_queues_progress(void)
     for (int i = 0; i < N; i++) {
         if (i + 1 < N)
             OK(mxd_queue_wait_value(queues[i], flags[i + 1], 1, &err));
-        OK(mxd_queue_async_host_fn(queues[i], (mxd_host_fn){nothing, nothing,
-                                                            NULL},
+        OK(mxd_queue_async_host_fn(queues[i],
+                                   (mxd_host_fn){nothing, nothing, NULL},
                                    flags[i], 1, &err));
     }
     OK(mxd_device_synchronize(mxd_cpu(), &forever, &err));
@@ -209,8 +211,9 @@ static void *hammer(void *arg)
 {
     (void)arg;
     mxd_error local;
+    mxd_event_storage storage;
     mxd_event *ev;
-    if (mxd_event_create(mxd_cpu(), false, &ev, &local))
+    if (mxd_event_init(&storage, mxd_cpu(), false, &ev, &local))
         return NULL;
     for (int i = 0; i < 2000; i++) {
         mxd_queue *q = shared[i % 4], *other = shared[(i + 1) % 4];
@@ -221,7 +224,7 @@ static void *hammer(void *arg)
         bool ready;
         mxd_event_query(ev, &ready, &local);
     }
-    mxd_event_destroy(ev);
+    mxd_event_fini(ev);
     return NULL;
 }
 

@@ -1,0 +1,181 @@
+/* Shared declarations of the max._core.driver extension module.
+ *
+ * Every .c file of csrc/python includes this header first: it defines
+ * PY_SSIZE_T_CLEAN and includes Python.h before any system header, as the
+ * CPython documentation requires. */
+#ifndef MXD_BINDING_H
+#define MXD_BINDING_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+
+#include "compat.h"
+#include "mxd.h"
+
+/* ---- Module state ------------------------------------------------------ */
+
+/* Per-module-object state: the heap types and the cached Device objects
+ * (so that CPU() is CPU() and queue.device is the same object). */
+typedef struct binding_state {
+    PyTypeObject *device_type;
+    PyTypeObject *cpu_type;
+    PyTypeObject *accelerator_type;
+    PyTypeObject *queue_type;
+    PyTypeObject *event_type;
+    PyTypeObject *flag_type;
+    PyObject *cpu;           /* the one CPU Device object */
+    PyObject **accelerators; /* per id, created on first use */
+    int accelerator_count;
+} binding_state;
+
+/* All our types are heap types created with PyType_FromModuleAndSpec, and
+ * only Device (which cannot be instantiated itself) may be subclassed, so
+ * the type of every instance knows its module. */
+static inline binding_state *binding_state_of(PyObject *self)
+{
+    return (binding_state *)PyType_GetModuleState(Py_TYPE(self));
+}
+
+/* ---- Object layouts ---------------------------------------------------- */
+
+typedef struct DeviceObject {
+    PyObject_HEAD
+    mxd_device *device;      /* never freed by the core */
+    PyObject *default_queue; /* cached DeviceQueue, created on first use */
+} DeviceObject;
+
+typedef struct QueueObject {
+    PyObject_HEAD
+    mxd_queue *queue; /* one reference owned */
+} QueueObject;
+
+typedef struct EventObject {
+    PyObject_HEAD
+    mxd_event *event; /* in `storage`; NULL until initialised */
+    mxd_event_storage storage;
+} EventObject;
+
+/* A new DeviceEvent of `type` on `device` (NULL with an exception set). */
+PyObject *binding_event_new(PyTypeObject *type, mxd_device *device,
+                            bool enable_timing);
+
+typedef struct FlagObject {
+    PyObject_HEAD
+    mxd_flag *flag; /* one reference owned */
+} FlagObject;
+
+/* ---- Type creation (one per file) -------------------------------------- */
+
+int binding_add_device_types(PyObject *module, binding_state *st);
+int binding_add_queue_type(PyObject *module, binding_state *st);
+int binding_add_event_type(PyObject *module, binding_state *st);
+int binding_add_flag_type(PyObject *module, binding_state *st);
+
+/* ---- Cross-type helpers ------------------------------------------------ */
+
+/* The cached Device object for a core device (new reference). */
+PyObject *binding_device_object(binding_state *st, mxd_device *dev);
+/* CPU(id) / Device.cpu(id) after the argument was parsed (new reference). */
+PyObject *binding_cpu_from_arg(binding_state *st, const char *fname,
+                               PyObject *id);
+/* The device's cached default DeviceQueue (borrowed reference). */
+PyObject *binding_device_default_queue(DeviceObject *self);
+/* Wraps a queue reference the caller owns into a DeviceQueue; the reference
+ * is consumed even on failure. */
+PyObject *binding_queue_wrap(binding_state *st, mxd_queue *queue);
+
+/* ---- Errors (errors.c) ------------------------------------------------- */
+
+/* Sets the Python exception for a failed core call; returns NULL. */
+PyObject *binding_raise(const mxd_error *err);
+/* The core's message, with the driver's error name and code added when the
+ * message lacks them (new reference). */
+PyObject *binding_error_text(const mxd_error *err);
+/* As binding_raise, with `prefix: ` before the core's message. */
+PyObject *binding_raise_prefixed(const char *prefix, const mxd_error *err);
+
+/* ---- Arguments (args.c) ------------------------------------------------ */
+
+/* A parameter list of a native callable: every parameter is
+ * positional-or-keyword; the first `required` ones are mandatory. */
+typedef struct binding_params {
+    const char *fname; /* used as "fname()" in messages */
+    const char *const *names;
+    Py_ssize_t count;
+    Py_ssize_t required;
+} binding_params;
+
+/* Fills out[0..count) with borrowed references (NULL when not given) from
+ * METH_FASTCALL|METH_KEYWORDS arguments.  Returns -1 with TypeError set. */
+int binding_parse_fast(const binding_params *params, PyObject *const *args,
+                       Py_ssize_t nargs, PyObject *kwnames, PyObject **out);
+/* The same for tp_new's (tuple, dict) arguments. */
+int binding_parse_tuple(const binding_params *params, PyObject *args,
+                        PyObject *kwargs, PyObject **out);
+
+/* SPEC "u64": an int (or __index__) in 0..2**64-1, else TypeError naming
+ * the parameter and the range. */
+int binding_parse_u64(const char *fname, const char *param, PyObject *obj,
+                      uint64_t *out);
+/* An int (or __index__) that fits a C int; values out of that range are
+ * clamped to INT_MIN / INT_MAX so that the caller reports them as an
+ * invalid id rather than as a type error. */
+int binding_parse_device_id(const char *fname, PyObject *obj, int *out);
+/* `timeout`: NULL or None -> -1 (forever); int/float seconds >= 0. */
+int binding_parse_timeout(const char *fname, PyObject *obj, double *out);
+/* Requires `obj` to be an instance of `type`; TypeError naming the
+ * parameter otherwise. */
+int binding_check_type(const char *fname, const char *param, PyObject *obj,
+                       PyTypeObject *type);
+/* Requires `obj` to be callable. */
+int binding_check_callable(const char *fname, const char *param, PyObject *obj);
+
+/* The nanobind-style TypeError of SPEC §4 for a call that matches no
+ * overload; `signatures` are the overloads without their number.
+ * Returns NULL. */
+PyObject *binding_overload_error(const char *fname,
+                                 const char *const *signatures, size_t count,
+                                 PyObject *self, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames);
+
+/* A blocking core call with the GIL released: on the main thread the
+ * wait's poll callback briefly re-takes the GIL to run signal handlers, so
+ * that Ctrl-C interrupts the wait. */
+typedef struct binding_wait {
+    mxd_wait wait;
+    PyThreadState *saved;
+} binding_wait;
+
+void binding_wait_init(binding_wait *w, double timeout);
+void binding_wait_release_gil(binding_wait *w);
+void binding_wait_acquire_gil(binding_wait *w);
+/* Remembers which thread is the main one (signal handlers run only there). */
+int binding_wait_setup(void);
+
+/* ---- Host functions (hostfn.c) ----------------------------------------- */
+
+extern const mxd_host_runner binding_host_runner;
+
+/* Parses (fn) and enqueues fn() on `queue`. */
+PyObject *binding_enqueue_host_fn(const char *fname, mxd_queue *queue,
+                                  PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames);
+/* Parses (fn, flag, value, cpu) and enqueues the async host function. */
+PyObject *binding_enqueue_async_host_fn(binding_state *st, const char *fname,
+                                        mxd_queue *queue, PyObject *const *args,
+                                        Py_ssize_t nargs, PyObject *kwnames);
+/* The atexit hook: stops host work and refuses further GIL entries. */
+PyObject *binding_atexit(PyObject *module, PyObject *unused);
+/* __unsafe_pack_py_host_func(fn) -> (trampoline, data). */
+PyObject *binding_pack_host_fn(PyObject *module, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames);
+
+/* ---- Docstring helper -------------------------------------------------- */
+
+/* "name(sig)\n--\n\ndoc": the convention from which CPython derives
+ * __text_signature__. */
+#define BINDING_DOC(name, sig, doc) name sig "\n--\n\n" doc
+
+#endif /* MXD_BINDING_H */

@@ -1,0 +1,203 @@
+/* The max._core.driver extension module: multi-phase initialisation, module
+ * state, and the module-level functions. */
+#include "binding.h"
+
+/* ---- Module functions -------------------------------------------------- */
+
+static PyObject *accelerator_count(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromLong(mxd_accelerator_count());
+}
+
+static PyObject *accelerator_api(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    const char *api = mxd_accelerator_api();
+    return PyUnicode_FromString(api != NULL ? api : "cpu");
+}
+
+static PyObject *optional_str(const char *text)
+{
+    return text != NULL ? PyUnicode_FromString(text) : Py_NewRef(Py_None);
+}
+
+static PyObject *selection_dict(const mxd_selection *sel)
+{
+    return Py_BuildValue("{s:s,s:N,s:O,s:i,s:N,s:O}", "api", sel->api,
+                         "library", optional_str(sel->library), "loaded",
+                         sel->loaded ? Py_True : Py_False, "device_count",
+                         sel->device_count, "error", optional_str(sel->error),
+                         "chosen", sel->chosen ? Py_True : Py_False);
+}
+
+static PyObject *backend_selection(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    size_t count = mxd_selection_count();
+    PyObject *list = PyList_New((Py_ssize_t)count);
+    if (list == NULL)
+        return NULL;
+    for (size_t i = 0; i < count; i++) {
+        PyObject *item = selection_dict(mxd_selection_at(i));
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
+static PyMethodDef module_methods[] = {
+    {"accelerator_count", accelerator_count, METH_NOARGS,
+     BINDING_DOC("accelerator_count", "()",
+                 "The number of accelerators of the chosen backend (0 when "
+                 "there is none).")},
+    {"accelerator_api", accelerator_api, METH_NOARGS,
+     BINDING_DOC("accelerator_api", "()",
+                 "\"cuda\" or \"hip\" for the chosen backend, \"cpu\" when "
+                 "there is no accelerator.")},
+    {"backend_selection", backend_selection, METH_NOARGS,
+     BINDING_DOC("backend_selection", "()",
+                 "How the accelerator backend was chosen at import: one dict "
+                 "per backend considered, in order, with keys api, library, "
+                 "loaded, device_count, error and chosen.")},
+    {"__unsafe_pack_py_host_func",
+     (PyCFunction)(void (*)(void))binding_pack_host_fn,
+     METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("__unsafe_pack_py_host_func", "(fn)",
+                 "Returns (trampoline_ptr, user_data_ptr): calling the C "
+                 "function void trampoline(void *) once with user_data_ptr "
+                 "calls fn() under the GIL and releases fn. Use the pair "
+                 "exactly once.")},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ---- Exec -------------------------------------------------------------- */
+
+static int init_core(void)
+{
+    mxd_error err;
+    if (mxd_init(&binding_host_runner, &err) == MXD_OK)
+        return 0;
+    /* Exactly ImportError (not ModuleNotFoundError): the module exists, the
+     * forced backend does not work. */
+    PyErr_SetString(PyExc_ImportError,
+                    err.message[0] != '\0'
+                        ? err.message
+                        : "max._core.driver: backend initialisation failed");
+    return -1;
+}
+
+static PyMethodDef atexit_def = {
+    "_shutdown", binding_atexit, METH_NOARGS,
+    BINDING_DOC("_shutdown", "()",
+                "Stops pending host work at interpreter exit.")};
+
+/* Host work must stop taking the GIL before the interpreter tears down;
+ * atexit hooks run while it is still whole. */
+static int register_atexit(PyObject *module)
+{
+    PyObject *hook = PyCFunction_NewEx(&atexit_def, module, NULL);
+    if (hook == NULL)
+        return -1;
+    PyObject *atexit = PyImport_ImportModule("atexit");
+    PyObject *result =
+        atexit ? PyObject_CallMethod(atexit, "register", "O", hook) : NULL;
+    Py_XDECREF(atexit);
+    Py_DECREF(hook);
+    if (result == NULL)
+        return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+static int module_exec(PyObject *module)
+{
+    binding_state *st = PyModule_GetState(module);
+    if (init_core() < 0 || binding_wait_setup() < 0 ||
+        binding_add_device_types(module, st) < 0 ||
+        binding_add_queue_type(module, st) < 0 ||
+        binding_add_event_type(module, st) < 0 ||
+        binding_add_flag_type(module, st) < 0 || register_atexit(module) < 0)
+        return -1;
+    return 0;
+}
+
+/* ---- State lifetime ---------------------------------------------------- */
+
+static int module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    binding_state *st = PyModule_GetState(module);
+    if (st == NULL)
+        return 0;
+    Py_VISIT(st->device_type);
+    Py_VISIT(st->cpu_type);
+    Py_VISIT(st->accelerator_type);
+    Py_VISIT(st->queue_type);
+    Py_VISIT(st->event_type);
+    Py_VISIT(st->flag_type);
+    Py_VISIT(st->cpu);
+    for (int i = 0; st->accelerators != NULL && i < st->accelerator_count; i++)
+        Py_VISIT(st->accelerators[i]);
+    return 0;
+}
+
+static int module_clear(PyObject *module)
+{
+    binding_state *st = PyModule_GetState(module);
+    if (st == NULL)
+        return 0;
+    for (int i = 0; st->accelerators != NULL && i < st->accelerator_count; i++)
+        Py_CLEAR(st->accelerators[i]);
+    Py_CLEAR(st->cpu);
+    Py_CLEAR(st->device_type);
+    Py_CLEAR(st->cpu_type);
+    Py_CLEAR(st->accelerator_type);
+    Py_CLEAR(st->queue_type);
+    Py_CLEAR(st->event_type);
+    Py_CLEAR(st->flag_type);
+    return 0;
+}
+
+static void module_free(void *module)
+{
+    module_clear(module);
+    binding_state *st = PyModule_GetState(module);
+    if (st != NULL) {
+        PyMem_Free(st->accelerators);
+        st->accelerators = NULL;
+        st->accelerator_count = 0;
+    }
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+#if COMPAT_HAS_MULTIPLE_INTERPRETERS_SLOT
+    /* The host runner enters the main interpreter (PyGILState_Ensure). */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef driver_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "max._core.driver",
+    .m_doc = "Devices, queues, events and completion flags: the native part "
+             "of max.driver.",
+    .m_size = sizeof(binding_state),
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC PyInit_driver(void)
+{
+    return PyModuleDef_Init(&driver_module);
+}
