@@ -26,9 +26,18 @@ def _compile(tmp_path: Path, extra: list[str]) -> Path | None:
         pytest.skip("no C compiler on this machine")
     exe = tmp_path / "core_test"
     sources = sorted(str(p) for p in CORE.glob("*.c"))
-    cmd = [cc, *FLAGS, *extra, f"-I{CORE}", *sources,
-           str(ROOT / "tests" / "core" / "core_test.c"),
-           "-o", str(exe), "-pthread", "-ldl"]
+    cmd = [
+        cc,
+        *FLAGS,
+        *extra,
+        f"-I{CORE}",
+        *sources,
+        str(ROOT / "tests" / "core" / "core_test.c"),
+        "-o",
+        str(exe),
+        "-pthread",
+        "-ldl",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         if "-fsanitize" in " ".join(extra) and "sanitize" in result.stderr:
@@ -42,8 +51,7 @@ def test_core_c(tmp_path: Path, variant: str) -> None:
     exe = _compile(tmp_path, VARIANTS[variant])
     if exe is None:
         pytest.skip(f"the compiler cannot build with {variant}")
-    result = subprocess.run([str(exe)], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "core tests passed" in result.stdout
     assert "WARNING: ThreadSanitizer" not in result.stderr

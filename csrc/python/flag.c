@@ -40,8 +40,10 @@ static void flag_dealloc(PyObject *self)
     mxd_flag *flag = flag_of(self);
     /* Freeing pinned host memory can synchronize with the device: do not
      * hold the GIL meanwhile. */
-    Py_BEGIN_ALLOW_THREADS mxd_flag_release(flag);
-    Py_END_ALLOW_THREADS type->tp_free(self);
+    Py_BEGIN_ALLOW_THREADS
+        mxd_flag_release(flag);
+    Py_END_ALLOW_THREADS
+    type->tp_free(self);
     Py_DECREF(type);
 }
 

@@ -204,7 +204,9 @@ PyObject *binding_atexit(PyObject *module, PyObject *unused)
     atomic_store(&exiting, 1);
     /* Workers blocked on the GIL must be able to take it, see `exiting`
      * and give it back before the interpreter is torn down. */
-    Py_BEGIN_ALLOW_THREADS mxd_shutdown();
-    wait_for_entering_threads();
-    Py_END_ALLOW_THREADS Py_RETURN_NONE;
+    Py_BEGIN_ALLOW_THREADS
+        mxd_shutdown();
+        wait_for_entering_threads();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
 }

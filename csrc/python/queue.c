@@ -48,8 +48,10 @@ static void queue_dealloc(PyObject *self)
     /* The last release may wait for the queue's worker or driver stream to
      * wind down, and that worker may be waiting for the GIL to finish a
      * host function: release the queue without holding the GIL. */
-    Py_BEGIN_ALLOW_THREADS mxd_queue_release(queue);
-    Py_END_ALLOW_THREADS type->tp_free(self);
+    Py_BEGIN_ALLOW_THREADS
+        mxd_queue_release(queue);
+    Py_END_ALLOW_THREADS
+    type->tp_free(self);
     Py_DECREF(type);
 }
 

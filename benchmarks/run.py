@@ -1,0 +1,432 @@
+"""The benchmark command: ``python -m benchmarks [--quick] [--out DIR]``.
+
+Every figure is a ratio of two costs measured in the same process, with the
+two measurements interleaved and each ratio the median of several
+repetitions, so that a busy machine slows both sides alike.  Results are
+printed as a table, written as JSON and drawn as a PNG (when matplotlib is
+importable)."""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import gc
+import json
+import os
+import platform
+import statistics
+import threading
+import time
+import timeit
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from max import driver
+
+OUT_DIR = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Result:
+    name: str
+    ratio: float  # the figure the target applies to
+    detail: str  # the raw costs behind the ratio
+    target: float | None = None  # None: reported, no target
+    higher_is_better: bool = False
+
+    @property
+    def status(self) -> str:
+        if self.target is None:
+            return "info"
+        met = (
+            self.ratio >= self.target
+            if self.higher_is_better
+            else (self.ratio <= self.target)
+        )
+        return "PASS" if met else "MISS"
+
+    def target_text(self) -> str:
+        if self.target is None:
+            return "-"
+        return f"{'>=' if self.higher_is_better else '<='} {self.target:g}"
+
+
+# ---- per-call costs -----------------------------------------------------------
+
+
+def _fixture() -> dict[str, object]:
+    cpu = driver.CPU()
+    queue = driver.DeviceQueue(cpu)
+    other = driver.DeviceQueue(cpu)
+    event = queue.record_event()
+    flag = driver.CompletionFlag(cpu)
+    return {"cpu": cpu, "q": queue, "q2": other, "ev": event, "flag": flag, "zero": 0}
+
+
+# (name, statement, target ratio to the no-op C method call)
+HOT_CALLS: list[tuple[str, str, float | None]] = [
+    ("record_event()", "q.record_event()", 3),
+    ("record_event(ev)", "q.record_event(ev)", 2),
+    ("wait_for(queue)", "q.wait_for(q2)", 2),
+    ("wait_for(event)", "q.wait_for(ev)", 2),
+    ("wait_for(device)", "q.wait_for(cpu)", None),
+    ("event.is_ready()", "ev.is_ready()", 2),
+    ("flag.signal(v)", "flag.signal(1)", 2),
+    ("flag.load()", "flag.load()", 2),
+    ("flag.reset()", "flag.reset()", None),
+    ("queue.synchronize() idle", "q.synchronize()", 3),
+    ("event.synchronize() complete", "ev.synchronize()", 3),
+    ("device.synchronize() idle", "cpu.synchronize()", None),
+    ("queue.native_stream_handle", "q.native_stream_handle", None),
+    ("queue.device", "q.device", None),
+    ("device.default_queue", "cpu.default_queue", None),
+    ("DeviceQueue(cpu) create+drop", "DeviceQueue(cpu)", None),
+    ("DeviceEvent(cpu) create+drop", "DeviceEvent(cpu)", None),
+]
+NOOP = "zero.bit_length()"  # a METH_NOARGS C method that does nothing
+
+
+def per_call(reps: int, number: int) -> list[Result]:
+    names = _fixture()
+    names.update(DeviceQueue=driver.DeviceQueue, DeviceEvent=driver.DeviceEvent)
+    timers = {
+        stmt: timeit.Timer(stmt, globals=names)
+        for stmt in ["pass", NOOP, *(s for _, s, _ in HOT_CALLS)]
+    }
+    samples: dict[str, list[float]] = {stmt: [] for stmt in timers}
+    for _ in range(reps):  # interleaved: one round of every statement a rep
+        for stmt, timer in timers.items():
+            samples[stmt].append(timer.timeit(number) / number)
+    # The loop's own cost is taken off both sides of every ratio.
+    loop = statistics.median(samples["pass"])
+    noop = [t - loop for t in samples[NOOP]]
+    results = []
+    for name, stmt, target in HOT_CALLS:
+        ratios = [(t - loop) / n for t, n in zip(samples[stmt], noop, strict=False)]
+        cost = statistics.median(samples[stmt]) - loop
+        results.append(
+            Result(
+                name,
+                statistics.median(ratios),
+                f"{cost * 1e9:.1f} ns vs no-op {statistics.median(noop) * 1e9:.1f} ns",
+                target,
+            )
+        )
+    return results
+
+
+# ---- host functions against a thread pool -------------------------------------
+
+
+def host_throughput(reps: int, count: int) -> Result:
+    queue = driver.DeviceQueue(driver.CPU())
+    enqueue = getattr(queue, "__unsafe_enqueue_py_host_func")
+
+    def nothing() -> None:
+        pass
+
+    def ours() -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            enqueue(nothing)
+        queue.synchronize()
+        return time.perf_counter() - start
+
+    def pool() -> float:
+        with concurrent.futures.ThreadPoolExecutor(1) as executor:
+            start = time.perf_counter()
+            futures = [executor.submit(nothing) for _ in range(count)]
+            concurrent.futures.wait(futures)
+            return time.perf_counter() - start
+
+    ratios, ours_t, pool_t = _interleave(reps, pool, ours)
+    return Result(
+        f"host functions: {count} enqueued + synchronize",
+        ratios,
+        f"{ours_t / count * 1e9:.0f} ns/fn vs ThreadPoolExecutor(1) "
+        f"{pool_t / count * 1e9:.0f} ns/fn (ratio = throughput gain)",
+        5,
+        higher_is_better=True,
+    )
+
+
+def _interleave(
+    reps: int, baseline: Callable[[], float], ours: Callable[[], float]
+) -> tuple[float, float, float]:
+    """Median of baseline/ours over interleaved runs, and the two medians."""
+    base_runs, our_runs = [], []
+    for _ in range(reps):
+        base_runs.append(baseline())
+        our_runs.append(ours())
+    ratios = [b / o for b, o in zip(base_runs, our_runs, strict=False)]
+    return (
+        statistics.median(ratios),
+        statistics.median(our_runs),
+        statistics.median(base_runs),
+    )
+
+
+# ---- wake latency ---------------------------------------------------------------
+
+
+def wake_latency(samples: int) -> Result:
+    """flag.signal -> gated queue resumes, against Event.set -> thread runs.
+
+    The queue's resumption is timed by the queue itself: a timing event
+    recorded behind the gate is stamped by the worker the moment it resumes,
+    against a timing event stamped on an idle queue just before signal()."""
+    cpu = driver.CPU()
+    gated, idle = driver.DeviceQueue(cpu), driver.DeviceQueue(cpu)
+    flag = driver.CompletionFlag(cpu)
+    before = driver.DeviceEvent(cpu, enable_timing=True)
+    resumed = driver.DeviceEvent(cpu, enable_timing=True)
+
+    def ours() -> float:
+        flag.reset()
+        gated.wait_for_host_value(flag, 1)
+        gated.record_event(resumed)
+        time.sleep(0.0005)  # let the worker park on the gate
+        idle.record_event(before)
+        flag.signal(1)
+        resumed.synchronize()
+        return before.elapsed_time(resumed) / 1e3
+
+    def threads() -> float:
+        go, woke_at = threading.Event(), []
+        waiter = threading.Thread(
+            target=lambda: (go.wait(), woke_at.append(time.perf_counter()))
+        )
+        waiter.start()
+        time.sleep(0.0005)
+        start = time.perf_counter()
+        go.set()
+        waiter.join()
+        return woke_at[0] - start
+
+    ours_runs, thread_runs = [], []
+    for _ in range(samples):
+        thread_runs.append(threads())
+        ours_runs.append(ours())
+    ours_med = statistics.median(ours_runs)
+    thread_med = statistics.median(thread_runs)
+    return Result(
+        "wake latency: flag.signal -> gated queue resumes",
+        ours_med / thread_med,
+        f"median {ours_med * 1e6:.1f} us vs threading.Event {thread_med * 1e6:.1f} us",
+        1,
+    )
+
+
+# ---- cross-queue ping-pong ------------------------------------------------------
+
+
+def ping_pong(reps: int, rounds: int) -> Result:
+    cpu = driver.CPU()
+
+    def ours() -> float:
+        a, b = driver.DeviceQueue(cpu), driver.DeviceQueue(cpu)
+        gate = driver.CompletionFlag(cpu)
+        a.wait_for_host_value(gate, 1)
+        for _ in range(rounds):  # each wait is one hand-off between threads
+            b.wait_for(a)
+            a.wait_for(b)
+        start = time.perf_counter()
+        gate.signal(1)
+        a.synchronize()
+        return (time.perf_counter() - start) / rounds
+
+    def threads() -> float:
+        ping, pong = threading.Event(), threading.Event()
+
+        def player(mine: threading.Event, theirs: threading.Event) -> None:
+            for _ in range(rounds):
+                mine.wait()
+                mine.clear()
+                theirs.set()
+
+        other = threading.Thread(target=player, args=(pong, ping))
+        other.start()
+        start = time.perf_counter()
+        for _ in range(rounds):
+            pong.set()
+            ping.wait()
+            ping.clear()
+        other.join()
+        return (time.perf_counter() - start) / rounds
+
+    ratio, ours_t, thread_t = _interleave(reps, threads, ours)
+    return Result(
+        "ping-pong round trip between two queues",
+        1 / ratio,
+        f"{ours_t * 1e6:.1f} us vs two threads with threading.Event "
+        f"{thread_t * 1e6:.1f} us",
+        None,
+    )
+
+
+# ---- scale ----------------------------------------------------------------------
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def scale(events: int) -> list[Result]:
+    cpu = driver.CPU()
+    results = []
+
+    queue = driver.DeviceQueue(cpu)
+    for _ in range(100_000):
+        queue.record_event()
+    gc.collect()
+    rss = _rss_bytes()
+    for _ in range(events):
+        queue.record_event()
+    growth = (_rss_bytes() - rss) / 2**20
+    results.append(
+        Result(
+            f"{events:,} record_event(): memory growth MiB",
+            growth,
+            f"RSS {rss / 2**20:.1f} MiB before",
+            1,
+        )
+    )
+
+    threads, rss = _threads(), _rss_bytes()
+    ran = []
+    for _i in range(10_000):
+        q = driver.DeviceQueue(cpu)
+        getattr(q, "__unsafe_enqueue_py_host_func")(lambda: None)
+        del q
+    cpu.synchronize()
+    gc.collect()
+    results.append(
+        Result(
+            "10,000 queues created, used and dropped: thread growth",
+            _threads() - threads,
+            f"{threads} threads before; RSS growth "
+            f"{(_rss_bytes() - rss) / 2**20:.1f} MiB",
+            4,
+        )
+    )
+
+    threads, rss = _threads(), _rss_bytes()
+    live = [driver.DeviceQueue(cpu) for _ in range(1000)]
+    for q in live:
+        getattr(q, "__unsafe_enqueue_py_host_func")(lambda: ran.append(1))
+    cpu.synchronize()
+    per_queue = (_rss_bytes() - rss) / len(live)
+    results.append(
+        Result(
+            "1,000 live queues: KiB per queue",
+            per_queue / 1024,
+            f"{len(ran)} of 1000 ran their work; {_threads() - threads} threads added",
+            None,
+        )
+    )
+    assert len(ran) == 1000, "a live queue did not run its work"
+    return results
+
+
+# ---- output -------------------------------------------------------------------
+
+
+def machine() -> dict[str, str]:
+    model = driver.CPU().model_name
+    return {
+        "cpu": model,
+        "cores": str(os.cpu_count()),
+        "python": platform.python_version(),
+        "system": platform.platform(),
+        "backend": driver.accelerator_api(),
+    }
+
+
+def table(results: list[Result]) -> str:
+    rows = [("benchmark", "ratio", "target", "status", "measured")]
+    rows += [
+        (r.name, f"{r.ratio:.2f}", r.target_text(), r.status, r.detail) for r in results
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [row[i].ljust(widths[i]) for i in range(4)] + [row[4]]
+        lines.append(" | ".join(cells).rstrip())
+        if n == 0:
+            lines.append("-+-".join("-" * w for w in widths) + "-+-" + "-" * 8)
+    return "\n".join(lines)
+
+
+def plot(results: list[Result], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    shown = [r for r in results if r.target is not None]
+    fig, ax = plt.subplots(figsize=(9, 0.4 * len(shown) + 1.5))
+    colors = ["tab:green" if r.status == "PASS" else "tab:red" for r in shown]
+    y = range(len(shown))
+    ax.barh(list(y), [r.ratio for r in shown], color=colors)
+    ax.scatter(
+        [r.target for r in shown],
+        list(y),
+        marker="|",
+        s=300,
+        color="black",
+        label="target",
+        zorder=3,
+    )
+    ax.set_yticks(list(y), [r.name for r in shown], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ratio (see the table for each one's baseline)")
+    ax.set_title(f"max.driver benchmarks — {machine()['cpu']}", fontsize=9)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer repetitions (a smoke run, noisier)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=OUT_DIR,
+        help="where to write latest.json and latest.png",
+    )
+    args = parser.parse_args(argv)
+    scale_down = 10 if args.quick else 1
+
+    results = per_call(reps=7, number=200_000 // scale_down)
+    results.append(host_throughput(reps=5, count=20_000 // scale_down))
+    results.append(wake_latency(samples=200 // scale_down))
+    results.append(ping_pong(reps=5, rounds=2000 // scale_down))
+    results += scale(events=1_000_000 // scale_down)
+
+    print(f"machine: {machine()}")
+    print(table(results))
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {
+        "machine": machine(),
+        "results": [asdict(r) | {"status": r.status} for r in results],
+    }
+    (args.out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / "latest.txt").write_text(table(results) + "\n")
+    if plot(results, args.out / "latest.png"):
+        print(f"plot: {args.out / 'latest.png'}")
+    missed = [r.name for r in results if r.status == "MISS"]
+    print(f"{len(missed)} target(s) missed" + (f": {missed}" if missed else ""))
+    return 0

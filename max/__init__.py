@@ -1,0 +1,1 @@
+"""max: a reimplementation of Modular MAX's ``max.driver`` stream/event API."""

@@ -1,0 +1,1 @@
+"""Native extension modules of the ``max`` package (``max._core.driver``)."""

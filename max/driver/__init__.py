@@ -1,0 +1,65 @@
+"""Devices, queues, events and completion flags (Modular MAX's ``max.driver``).
+
+The types are implemented in C (``max._core.driver``); importing this package
+selects the accelerator backend (CUDA, HIP or none) once, see
+:func:`backend_selection`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+# Importable but deliberately not in __all__.  Names starting with "__" are
+# only mangled inside class bodies, so this module-level import is literal.
+from max._core.driver import __unsafe_pack_py_host_func  # noqa: F401
+
+from .driver import (
+    CPU,
+    Accelerator,
+    CompletionFlag,
+    Device,
+    DeviceEvent,
+    DeviceQueue,
+    DeviceSpec,
+    accelerator_api,
+    accelerator_architecture_name,
+    accelerator_count,
+    backend_selection,
+    calculate_virtual_device_count,
+    calculate_virtual_device_count_from_cli,
+    devices_exist,
+    load_devices,
+    scan_available_devices,
+)
+
+__all__ = [
+    "CPU",
+    "Accelerator",
+    "CompletionFlag",
+    "Device",
+    "DeviceEvent",
+    "DeviceQueue",
+    "DeviceSpec",
+    "accelerator_api",
+    "accelerator_architecture_name",
+    "accelerator_count",
+    "backend_selection",
+    "calculate_virtual_device_count",
+    "calculate_virtual_device_count_from_cli",
+    "devices_exist",
+    "load_devices",
+    "scan_available_devices",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DeviceStream":
+        warnings.warn(
+            "max.driver.DeviceStream is deprecated; use max.driver.DeviceQueue",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return DeviceQueue
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

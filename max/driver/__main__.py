@@ -1,0 +1,191 @@
+"""``python -m max.driver``: backend selection, devices and a self-check.
+
+Prints which accelerator backends were tried and why one was (or was not)
+chosen, every device with its properties, then runs a short self-check that
+orders Python host work on two CPU queues with an event and a completion
+flag, and reports per-operation timings.  Exits 0 only when the check passes.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from max import driver
+from max.driver import CPU, CompletionFlag, Device, DeviceQueue
+
+TIMEOUT_S = 10.0
+TIMING_LOOPS = 20_000
+
+
+def _yes_no(value: object) -> str:
+    return "yes" if value else "no"
+
+
+def _print_selection() -> None:
+    backend = os.environ.get("MAX_DRIVER_BACKEND", "auto") or "auto"
+    print(f"Backend selection (MAX_DRIVER_BACKEND={backend}):")
+    entries = driver.backend_selection()
+    if not entries:
+        print("  no accelerator backend was tried")
+    chosen = "none (CPU only)"
+    for entry in entries:
+        print(
+            f"  {entry['api']}: library={entry['library'] or '-'}"
+            f" loaded={_yes_no(entry['loaded'])}"
+            f" devices={entry['device_count']}"
+            f" error={entry['error'] or '-'}"
+            f" chosen={_yes_no(entry['chosen'])}"
+        )
+        if entry["chosen"]:
+            chosen = str(entry["api"])
+    print(f"  chosen backend: {chosen}")
+    print(f"  accelerator_count: {driver.accelerator_count()}")
+
+
+def _property(dev: Device, name: str) -> str:
+    try:
+        return str(getattr(dev, name))
+    except Exception as exc:  # noqa: BLE001 - reported, not fatal
+        return f"unavailable ({type(exc).__name__}: {exc})"
+
+
+def _print_devices() -> list[Device]:
+    devices: list[Device] = [CPU()]
+    devices += [driver.Accelerator(i) for i in range(driver.accelerator_count())]
+    print(f"Devices ({len(devices)}):")
+    for dev in devices:
+        print(f"  {dev!r}")
+        for name in (
+            "api",
+            "id",
+            "label",
+            "model_name",
+            "architecture_name",
+            "stats",
+            "max_single_alloc_size",
+            "is_host_unified",
+            "is_compatible",
+        ):
+            if name == "architecture_name" and dev.is_host:
+                continue  # the CPU has none
+            print(f"    {name}: {_property(dev, name)}")
+    return devices
+
+
+def _check_order() -> tuple[bool, str]:
+    """Queue B runs after queue A (event); queue A is gated by a flag."""
+    cpu = CPU()
+    a = DeviceQueue(cpu)
+    b = DeviceQueue(cpu)
+    flag = CompletionFlag(cpu)
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def step(name: str) -> Callable[[], None]:
+        def run() -> None:
+            with lock:
+                seen.append(name)
+
+        return run
+
+    enqueue_a = getattr(a, "__unsafe_enqueue_py_host_func")
+    enqueue_b = getattr(b, "__unsafe_enqueue_py_host_func")
+    enqueue_a(step("a1"))
+    a.wait_for_host_value(flag, 1)
+    enqueue_a(step("a2"))
+    b.wait_for(a.record_event())
+    enqueue_b(step("b1"))
+
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        with lock:
+            if seen:
+                break
+        time.sleep(0.001)
+    time.sleep(0.05)  # give gated work a chance to (wrongly) run
+    with lock:
+        before = list(seen)
+    gated = not a.record_event().is_ready() and not b.record_event().is_ready()
+    flag.signal(1)
+    try:
+        b.synchronize(timeout=TIMEOUT_S)
+        a.synchronize(timeout=TIMEOUT_S)
+    except TimeoutError:
+        return False, f"queues did not drain within {TIMEOUT_S} s (seen {seen})"
+    after = list(seen)
+    ok = before == ["a1"] and gated and after == ["a1", "a2", "b1"]
+    detail = (
+        f"before signal: {before} (gated: {_yes_no(gated)}), "
+        f"after: {after}, expected ['a1'] then ['a1', 'a2', 'b1']"
+    )
+    return ok, detail
+
+
+def _ns_per_op(fn: Callable[[], Any], loops: int) -> float:
+    start = time.perf_counter_ns()
+    for _ in range(loops):
+        fn()
+    return (time.perf_counter_ns() - start) / loops
+
+
+def _print_timings(loops: int = TIMING_LOOPS) -> bool:
+    cpu = CPU()
+    q = DeviceQueue(cpu)
+    other = DeviceQueue(cpu)
+    flag = CompletionFlag(cpu)
+    ev = q.record_event()
+    ev.synchronize(timeout=TIMEOUT_S)
+    noop = ().__len__
+    rows: list[tuple[str, Callable[[], Any]]] = [
+        ("no-op C method call (baseline)", noop),
+        ("queue.record_event()", q.record_event),
+        ("queue.record_event(event)", partial(q.record_event, ev)),
+        ("queue.wait_for(queue)", partial(q.wait_for, other)),
+        ("queue.wait_for(event)", partial(q.wait_for, ev)),
+        ("event.is_ready()", ev.is_ready),
+        ("flag.signal(value)", partial(flag.signal, 1)),
+        ("flag.load()", flag.load),
+        ("queue.synchronize() (idle)", q.synchronize),
+    ]
+    print(
+        f"Timings (CPU backend, mean of {loops} calls on idle queues; "
+        "arguments bound with functools.partial):"
+    )
+    for name, fn in rows:
+        print(f"  {name:<34} {_ns_per_op(fn, loops):10.1f} ns")
+    try:
+        q.synchronize(timeout=TIMEOUT_S)
+    except TimeoutError:
+        print(f"  queue did not drain within {TIMEOUT_S} s")
+        return False
+    return True
+
+
+def main() -> int:
+    """Runs the report and the self-check; returns the exit status."""
+    impl = platform.python_implementation()
+    print(f"max.driver (Python {platform.python_version()}, {impl})")
+    _print_selection()
+    print(f"CPU model: {CPU().model_name}")
+    _print_devices()
+    print("Self-check:")
+    try:
+        ok, detail = _check_order()
+        print(f"  order on two CPU queues (event + flag): {detail}")
+        ok = _print_timings() and ok
+    except Exception as exc:  # noqa: BLE001 - the check reports any failure
+        print(f"  self-check raised {type(exc).__name__}: {exc}")
+        ok = False
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

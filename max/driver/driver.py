@@ -1,0 +1,208 @@
+"""Pure-Python helpers over the native ``max._core.driver`` module.
+
+Every helper looks up ``accelerator_count``, ``CPU`` and ``Accelerator``
+through this module's globals at call time, so tests (and users) can
+monkeypatch ``max.driver.driver.accelerator_count`` to simulate accelerators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from max._core.driver import (
+    CPU,
+    Accelerator,
+    CompletionFlag,
+    Device,
+    DeviceEvent,
+    DeviceQueue,
+    accelerator_count,
+    backend_selection,
+)
+
+__all__ = [
+    "CPU",
+    "Accelerator",
+    "CompletionFlag",
+    "Device",
+    "DeviceEvent",
+    "DeviceQueue",
+    "DeviceSpec",
+    "accelerator_api",
+    "accelerator_architecture_name",
+    "accelerator_count",
+    "backend_selection",
+    "calculate_virtual_device_count",
+    "calculate_virtual_device_count_from_cli",
+    "devices_exist",
+    "load_devices",
+    "scan_available_devices",
+]
+
+DeviceType = Literal["cpu", "gpu"]
+
+
+def accelerator_api() -> str:
+    """Returns the API of the accelerators (``"cuda"`` or ``"hip"``).
+
+    Returns ``"cpu"`` when no accelerator is present.
+    """
+    if accelerator_count() > 0:
+        return Accelerator().api
+    return CPU().api
+
+
+def accelerator_architecture_name() -> str:
+    """Returns the architecture name of accelerator 0, e.g. ``"sm_90"``.
+
+    Raises:
+        RuntimeError: no accelerator is present (the CPU has no architecture
+            name).
+    """
+    if accelerator_count() > 0:
+        return Accelerator().architecture_name
+    return CPU().architecture_name
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Specification of a device: its id and type (``"cpu"`` or ``"gpu"``)."""
+
+    id: int
+    """Id of the device (``-1`` means the default one for CPU specs)."""
+
+    device_type: DeviceType = "cpu"
+    """Type of the device: ``"cpu"`` or ``"gpu"``."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.id, bool) or not isinstance(self.id, int):
+            msg = f"DeviceSpec id must be an int, not {type(self.id).__name__}"
+            raise TypeError(msg)
+        if self.device_type not in ("cpu", "gpu"):
+            msg = (
+                "DeviceSpec device_type must be 'cpu' or 'gpu', "
+                f"not {self.device_type!r}"
+            )
+            raise ValueError(msg)
+        if self.device_type == "gpu" and self.id < 0:
+            msg = (
+                f"id provided {self.id} for accelerator must be greater than "
+                "or equal to 0"
+            )
+            raise ValueError(msg)
+
+    @staticmethod
+    def cpu(id: int = -1) -> DeviceSpec:
+        """Creates a CPU device specification."""
+        return DeviceSpec(id, "cpu")
+
+    @staticmethod
+    def accelerator(id: int = 0) -> DeviceSpec:
+        """Creates an accelerator (GPU) device specification."""
+        return DeviceSpec(id, "gpu")
+
+
+def load_devices(device_specs: Iterable[DeviceSpec]) -> list[Device]:
+    """Creates the devices described by ``device_specs``, in order.
+
+    Raises:
+        ValueError: a GPU spec names an accelerator that does not exist.
+    """
+    available = accelerator_count()
+    devices: list[Device] = []
+    for spec in device_specs:
+        if spec.device_type == "cpu":
+            devices.append(CPU(spec.id))
+            continue
+        if spec.id >= available:
+            if available == 0:
+                msg = f"Device {spec.id} was requested but no devices were found."
+            else:
+                msg = (
+                    f"Device {spec.id} was requested but only found "
+                    f"{available} devices."
+                )
+            raise ValueError(msg)
+        devices.append(Accelerator(spec.id))
+    return devices
+
+
+def scan_available_devices() -> list[DeviceSpec]:
+    """Returns one spec per accelerator, or ``[DeviceSpec.cpu()]`` if none."""
+    count = accelerator_count()
+    if count == 0:
+        return [DeviceSpec.cpu()]
+    return [DeviceSpec.accelerator(i) for i in range(count)]
+
+
+def devices_exist(device_specs: Iterable[DeviceSpec]) -> bool:
+    """Whether every spec names an existing device.
+
+    A CPU spec always exists (the host); a GPU spec exists when its id is
+    below ``accelerator_count()``.
+    """
+    count: int | None = None
+    for spec in device_specs:
+        if spec.device_type == "cpu":
+            continue
+        if count is None:
+            count = accelerator_count()
+        if spec.id >= count:
+            return False
+    return True
+
+
+def calculate_virtual_device_count(*device_spec_lists: Iterable[DeviceSpec]) -> int:
+    """Number of devices needed to cover every GPU spec: highest id + 1.
+
+    Never less than 1 (CPU-only spec lists need one device).
+    """
+    highest = -1
+    for specs in device_spec_lists:
+        for spec in specs:
+            if spec.device_type == "gpu":
+                highest = max(highest, spec.id)
+    return max(1, highest + 1)
+
+
+def _parse_gpu_ids(text: str) -> list[int]:
+    """Parses the id list of a ``"gpu:0,3"`` device string."""
+    ids: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            ids.append(int(part))
+        except ValueError:
+            msg = (
+                f"invalid GPU id {part!r} in device string 'gpu:{text}': "
+                "expected 'gpu', 'gpu:all' or 'gpu:<id>[,<id>...]'"
+            )
+            raise ValueError(msg) from None
+    return ids
+
+
+def calculate_virtual_device_count_from_cli(
+    *device_inputs: str | Sequence[int],
+) -> int:
+    """Like :func:`calculate_virtual_device_count`, for command-line inputs.
+
+    Each input is a list of GPU ids, ``"gpu"`` (GPU 0), ``"gpu:all"`` (every
+    accelerator) or ``"gpu:<id>[,<id>...]"``; other strings (e.g. ``"cpu"``)
+    name no GPU. The result is at least 1.
+    """
+    highest = -1
+    for item in device_inputs:
+        if isinstance(item, str):
+            text = item.strip()
+            if text == "gpu":
+                highest = max(highest, 0)
+            elif text == "gpu:all":
+                highest = max(highest, accelerator_count() - 1)
+            elif text.startswith("gpu:"):
+                highest = max(highest, *_parse_gpu_ids(text[4:]))
+        else:
+            for gpu_id in item:
+                highest = max(highest, int(gpu_id))
+    return max(1, highest + 1)

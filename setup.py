@@ -1,0 +1,54 @@
+"""Build script for the native extension ``max._core.driver``.
+
+Project metadata lives in ``pyproject.toml``; this file only declares the C
+extension, whose source list is globbed so that adding a file to
+``csrc/core`` or ``csrc/python`` needs no edit here.
+
+Set ``MAX_DRIVER_CFLAGS`` to append flags to both the compile and the link
+step, e.g. ``MAX_DRIVER_CFLAGS="-fsanitize=address -O1 -g"``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shlex
+
+from setuptools import Extension, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIRS = ("csrc/core", "csrc/python")
+
+
+def _glob(pattern: str) -> list[str]:
+    # Relative paths (to this file) keep setuptools and sdists happy.
+    return sorted(glob.glob(pattern, root_dir=HERE))
+
+
+def _extra_flags() -> list[str]:
+    return shlex.split(os.environ.get("MAX_DRIVER_CFLAGS", ""))
+
+
+sources = [src for d in SOURCE_DIRS for src in _glob(f"{d}/*.c")]
+headers = [hdr for d in SOURCE_DIRS for hdr in _glob(f"{d}/*.h")]
+
+driver = Extension(
+    "max._core.driver",
+    sources=sources,
+    depends=headers,
+    include_dirs=list(SOURCE_DIRS),
+    extra_compile_args=[
+        "-std=c11",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-D_GNU_SOURCE",
+        "-O2",
+        "-fvisibility=hidden",
+        *_extra_flags(),
+    ],
+    extra_link_args=["-pthread", *_extra_flags()],
+    libraries=["dl"],
+)
+
+setup(ext_modules=[driver])

@@ -1,0 +1,317 @@
+"""Package layout: exports, deprecations, typing files and the stub (SPEC §1)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.metadata
+import importlib.resources
+import inspect
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import max.driver
+from max._core import driver as core
+
+EXPECTED_ALL = {
+    "CPU",
+    "Accelerator",
+    "Device",
+    "DeviceQueue",
+    "DeviceEvent",
+    "CompletionFlag",
+    "DeviceSpec",
+    "accelerator_api",
+    "accelerator_architecture_name",
+    "accelerator_count",
+    "calculate_virtual_device_count",
+    "calculate_virtual_device_count_from_cli",
+    "devices_exist",
+    "load_devices",
+    "scan_available_devices",
+    "backend_selection",
+}
+NATIVE_TYPES = (
+    "Device",
+    "CPU",
+    "Accelerator",
+    "DeviceQueue",
+    "DeviceEvent",
+    "CompletionFlag",
+)
+PACK = "__unsafe_pack_py_host_func"
+Py_TPFLAGS_BASETYPE = 1 << 10
+
+
+# ---- exports ---------------------------------------------------------------
+
+
+def test_all_exact() -> None:
+    assert set(max.driver.__all__) == EXPECTED_ALL
+    assert len(max.driver.__all__) == len(EXPECTED_ALL)
+    for name in max.driver.__all__:
+        assert getattr(max.driver, name) is not None
+
+
+def test_star_import() -> None:
+    namespace: dict[str, Any] = {}
+    exec("from max.driver import *", namespace)
+    assert set(namespace) - {"__builtins__"} == EXPECTED_ALL
+
+
+def test_native_types_reexported() -> None:
+    for name in (*NATIVE_TYPES, "backend_selection"):
+        assert getattr(max.driver, name) is getattr(core, name)
+        assert getattr(max.driver.driver, name) is getattr(core, name)
+
+
+def test_unsafe_pack_importable_not_in_all() -> None:
+    namespace: dict[str, Any] = {}
+    exec(f"from max.driver import {PACK}", namespace)
+    assert namespace[PACK] is getattr(core, PACK)
+    assert getattr(max.driver, PACK) is getattr(core, PACK)
+    assert PACK not in max.driver.__all__
+
+
+def test_device_stream_deprecated_alias() -> None:
+    with pytest.warns(DeprecationWarning, match="DeviceStream"):
+        alias = max.driver.DeviceStream  # type: ignore[attr-defined]
+    assert alias is max.driver.DeviceQueue
+    namespace: dict[str, Any] = {}
+    with pytest.warns(DeprecationWarning):
+        exec("from max.driver import DeviceStream", namespace)
+    assert namespace["DeviceStream"] is max.driver.DeviceQueue
+    assert "DeviceStream" not in max.driver.__all__
+
+
+def test_device_default_stream_deprecated_alias() -> None:
+    cpu = max.driver.CPU()
+    with pytest.warns(DeprecationWarning):
+        queue = cpu.default_stream  # type: ignore[attr-defined]
+    assert queue is cpu.default_queue
+
+
+def test_no_warning_for_regular_names() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert max.driver.DeviceQueue is core.DeviceQueue
+
+
+def test_unknown_attribute() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        max.driver.nope  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_driver_submodule_importable() -> None:
+    mod = importlib.import_module("max.driver.driver")
+    assert sys.modules["max.driver.driver"] is mod
+    assert max.driver.driver is mod
+    assert callable(mod.accelerator_count)
+    assert mod.load_devices is max.driver.load_devices
+
+
+# ---- typing files ----------------------------------------------------------
+
+
+def test_typing_files_present() -> None:
+    assert importlib.resources.files("max").joinpath("py.typed").is_file()
+    assert importlib.resources.files("max._core").joinpath("driver.pyi").is_file()
+
+
+def test_typing_files_in_distribution() -> None:
+    # Only an installed wheel has a RECORD; a source checkout may also hold
+    # the max_driver.egg-info of an in-tree build, which lists no .so.
+    installed = [
+        d
+        for d in importlib.metadata.distributions(name="max-driver")
+        if d.read_text("RECORD") is not None
+    ]
+    if not installed:
+        pytest.skip("max-driver is not installed")
+    names = {f.as_posix() for f in installed[0].files or []}
+    if "max/__init__.py" not in names:
+        pytest.skip("editable install: package files are not in the record")
+    assert "max/py.typed" in names
+    assert "max/_core/driver.pyi" in names
+    assert any(n.startswith("max/_core/driver.") and n.endswith(".so") for n in names)
+
+
+# ---- the stub matches the runtime ------------------------------------------
+
+
+def _stub_tree() -> ast.Module:
+    text = importlib.resources.files("max._core").joinpath("driver.pyi").read_text()
+    return ast.parse(text)
+
+
+def _decorators(node: ast.FunctionDef | ast.ClassDef) -> set[str]:
+    names = set()
+    for dec in node.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        if isinstance(target, ast.Name):
+            names.add(target.id)
+        elif isinstance(target, ast.Attribute):
+            names.add(target.attr)
+    return names
+
+
+def _stub_functions(body: list[ast.stmt]) -> dict[str, list[ast.FunctionDef]]:
+    functions: dict[str, list[ast.FunctionDef]] = {}
+    for node in body:
+        if isinstance(node, ast.FunctionDef):
+            functions.setdefault(node.name, []).append(node)
+    return functions
+
+
+def _stub_classes() -> dict[str, ast.ClassDef]:
+    return {n.name: n for n in _stub_tree().body if isinstance(n, ast.ClassDef)}
+
+
+def _is_public(name: str) -> bool:
+    return not name.startswith("_") or name.startswith("__unsafe")
+
+
+def _is_dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+def _literal(node: ast.expr) -> Any:
+    return ast.literal_eval(node)
+
+
+def _stub_params(fn: ast.FunctionDef) -> list[tuple[str, Any]]:
+    """(name, default or inspect.Parameter.empty), without ``self``."""
+    args = fn.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults: list[Any] = [inspect.Parameter.empty] * (
+        len(positional) - len(args.defaults)
+    )
+    defaults += [_literal(d) for d in args.defaults]
+    params = list(zip((a.arg for a in positional), defaults, strict=True))
+    params += [
+        (a.arg, inspect.Parameter.empty if d is None else _literal(d))
+        for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+    ]
+    if params and params[0][0] in ("self", "cls"):
+        params = params[1:]
+    return params
+
+
+def _runtime_params(obj: Any) -> list[tuple[str, Any]]:
+    sig = inspect.signature(obj)
+    params = list(sig.parameters.values())
+    if params and params[0].name in ("self", "cls", "$self", "type"):
+        params = params[1:]
+    for p in params:
+        assert p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, (obj, p)
+    return [(p.name, p.default) for p in params]
+
+
+def test_stub_module_names_match_runtime() -> None:
+    tree = _stub_tree()
+    stub_names = {
+        n.name
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef | ast.ClassDef) and _is_public(n.name)
+    }
+    runtime_names = {n for n in dir(core) if _is_public(n)}
+    assert stub_names == runtime_names
+    assert PACK in stub_names
+
+
+def test_stub_class_members_exist_at_runtime() -> None:
+    for cls_name, node in _stub_classes().items():
+        cls = getattr(core, cls_name)
+        for name in _stub_functions(node.body):
+            if name == "__cuda_stream__":
+                continue  # only on CUDA queues
+            assert hasattr(cls, name), f"{cls_name}.{name} missing at runtime"
+
+
+def test_runtime_class_members_are_in_stub() -> None:
+    classes = _stub_classes()
+    for cls_name, node in classes.items():
+        cls = getattr(core, cls_name)
+        stub_members = set(_stub_functions(node.body))
+        for base in node.bases:
+            if isinstance(base, ast.Name) and base.id in classes:
+                stub_members |= set(_stub_functions(classes[base.id].body))
+        runtime = {n for n in dir(cls) if _is_public(n)}
+        assert runtime <= stub_members, f"{cls_name}: {runtime - stub_members}"
+
+
+def test_cuda_stream_only_on_cuda_queues() -> None:
+    queue = max.driver.DeviceQueue(max.driver.CPU())
+    assert not hasattr(queue, "__cuda_stream__")
+
+
+def test_final_types_match_stub() -> None:
+    for cls_name, node in _stub_classes().items():
+        cls = getattr(core, cls_name)
+        stub_final = "final" in _decorators(node)
+        runtime_final = not cls.__flags__ & Py_TPFLAGS_BASETYPE
+        assert stub_final == runtime_final, cls_name
+        for base in node.bases:
+            assert isinstance(base, ast.Name)
+            assert issubclass(cls, getattr(core, base.id))
+
+
+def _callables() -> list[tuple[str, Any, list[ast.FunctionDef]]]:
+    """(qualified name, runtime object, stub definitions) of every callable."""
+    out = []
+    tree = _stub_tree()
+    for name, defs in _stub_functions(tree.body).items():
+        out.append((name, getattr(core, name), defs))
+    for cls_name, node in _stub_classes().items():
+        cls = getattr(core, cls_name)
+        for name, defs in _stub_functions(node.body).items():
+            decorators = _decorators(defs[0])
+            if "property" in decorators or _is_dunder(name):
+                continue
+            out.append((f"{cls_name}.{name}", getattr(cls, name), defs))
+        if "__new__" in _stub_functions(node.body):
+            out.append((cls_name, cls, _stub_functions(node.body)["__new__"]))
+    return out
+
+
+def test_every_callable_has_doc_and_text_signature() -> None:
+    for qualname, obj, _ in _callables():
+        assert obj.__doc__, f"{qualname} has no docstring"
+        assert obj.__text_signature__, f"{qualname} has no __text_signature__"
+        inspect.signature(obj)  # parses
+
+
+def test_parameter_names_match_stub() -> None:
+    for qualname, obj, defs in _callables():
+        if len(defs) > 1:
+            continue  # overloaded: checked through the docstring below
+        assert _runtime_params(obj) == _stub_params(defs[0]), qualname
+
+
+def test_overloads_listed_in_docstring() -> None:
+    overloaded = [(q, o, d) for q, o, d in _callables() if len(d) > 1]
+    assert {q for q, _, _ in overloaded} == {
+        "DeviceQueue.record_event",
+        "DeviceQueue.wait_for",
+    }
+    for qualname, obj, defs in overloaded:
+        name = qualname.rsplit(".", 1)[-1]
+        lines = [ln for ln in obj.__doc__.splitlines() if f"{name}(" in ln]
+        for fn in defs:
+            assert "overload" in _decorators(fn)
+            params = [p for p, _ in _stub_params(fn)]
+            assert any(all(p in ln for p in params) for ln in lines), (
+                qualname,
+                params,
+                obj.__doc__,
+            )
+        assert len(lines) >= len(defs), obj.__doc__
+
+
+def test_stub_parses_as_python() -> None:
+    path = Path(str(importlib.resources.files("max._core").joinpath("driver.pyi")))
+    compile(path.read_text(), str(path), "exec")
