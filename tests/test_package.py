@@ -7,8 +7,10 @@ import importlib
 import importlib.metadata
 import importlib.resources
 import inspect
+import subprocess
 import sys
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -122,22 +124,33 @@ def test_typing_files_present() -> None:
     assert importlib.resources.files("max._core").joinpath("driver.pyi").is_file()
 
 
-def test_typing_files_in_distribution() -> None:
-    # Only an installed wheel has a RECORD; a source checkout may also hold
-    # the max_driver.egg-info of an in-tree build, which lists no .so.
-    installed = [
-        d
-        for d in importlib.metadata.distributions(name="max-driver")
-        if d.read_text("RECORD") is not None
-    ]
-    if not installed:
-        pytest.skip("max-driver is not installed")
-    names = {f.as_posix() for f in installed[0].files or []}
-    if "max/__init__.py" not in names:
-        pytest.skip("editable install: package files are not in the record")
+def test_wheel_ships_extension_and_typing_files(tmp_path: Path) -> None:
+    """The wheel users install carries the extension, the stub and py.typed
+    (an editable install shows none of this, so build a real wheel)."""
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(root),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (wheel,) = tmp_path.glob("max_driver-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
     assert "max/py.typed" in names
     assert "max/_core/driver.pyi" in names
     assert any(n.startswith("max/_core/driver.") and n.endswith(".so") for n in names)
+    assert not any(n.startswith(("csrc/", "tests/")) for n in names)
 
 
 # ---- the stub matches the runtime ------------------------------------------
