@@ -73,9 +73,13 @@ void mxd_notify_all(mxd_notifier *n)
      * sides use sequentially consistent operations). */
     if (atomic_load(&n->parked) == 0)
         return;
+    /* Taking the mutex once makes sure a thread that counted itself as
+     * parked is inside pthread_cond_timedwait; broadcasting after releasing
+     * it lets the woken thread run at once instead of blocking again on
+     * the mutex we would still hold. */
     pthread_mutex_lock(&n->mu);
-    pthread_cond_broadcast(&n->cv);
     pthread_mutex_unlock(&n->mu);
+    pthread_cond_broadcast(&n->cv);
 }
 
 static struct timespec to_timespec(int64_t ns)
