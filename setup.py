@@ -30,7 +30,10 @@ def _extra_flags() -> list[str]:
 
 
 sources = [src for d in SOURCE_DIRS for src in _glob(f"{d}/*.c")]
-headers = [hdr for d in SOURCE_DIRS for hdr in _glob(f"{d}/*.h")]
+# Headers, and gpu_backend.inc: the GPU backend that cuda.c and hip.c include.
+headers = [
+    hdr for d in SOURCE_DIRS for ext in ("h", "inc") for hdr in _glob(f"{d}/*.{ext}")
+]
 
 driver = Extension(
     "max._core.driver",

@@ -102,6 +102,24 @@ struct mxd_backend {
 
 extern const mxd_backend mxd_cpu_backend;
 
+/* The `kind` column of the driver entry-point lists (cuda_abi.h, hip_abi.h):
+ * a missing required entry point makes the backend unusable. */
+enum { MXD_REQUIRED = 1, MXD_OPTIONAL = 0 };
+
+/* What backend selection needs from a GPU backend (cuda.c, hip.c). */
+typedef struct mxd_gpu_probe {
+    const mxd_backend *backend;
+    /* Resolves the driver's entry points in `lib`, initialises it and
+     * counts devices; false with the reason written otherwise. */
+    bool (*load)(void *lib, int *device_count, char *reason, size_t size);
+    /* Prepares accelerator dev->id for use (e.g. retains its context);
+     * called once, before the device is first handed out. */
+    mxd_status (*open_device)(mxd_device *dev, mxd_error *err);
+} mxd_gpu_probe;
+
+extern const mxd_backend mxd_cuda_backend, mxd_hip_backend;
+extern const mxd_gpu_probe mxd_cuda_probe, mxd_hip_probe;
+
 /* ---- Shared helpers (error.c) ----------------------------------------- */
 
 /* Fills err (status and printf-style message) and returns the status. */

@@ -34,8 +34,14 @@ mxd_status mxd_accelerator(int id, mxd_device **out, mxd_error *err)
                         "of range; %d %s device%s found",
                         id, count, mxd_accelerator_api(),
                         count == 1 ? " was" : "s were");
-    *out = mxd_selected_device(id);
-    return MXD_OK;
+    mxd_status st = mxd_selected_device(id, out, err);
+    if (st != MXD_OK && err) { /* keep the driver's reason, say what failed */
+        char reason[sizeof err->message];
+        memcpy(reason, err->message, sizeof reason);
+        snprintf(err->message, sizeof err->message,
+                 "failed to create device: %.480s", reason);
+    }
+    return st;
 }
 
 const char *mxd_device_api(const mxd_device *dev)

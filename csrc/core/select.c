@@ -33,114 +33,17 @@ typedef struct gpu_api {
     const char *api;
     const char *library_env;
     const char *const *default_names;
-    /* Initialises the driver and counts devices; on failure writes the
-     * reason into result->error and returns false. */
-    bool (*count_devices)(void *lib, probe_result *result);
+    const mxd_gpu_probe *probe;
 } gpu_api;
 
-/* ---- CUDA -------------------------------------------------------------- */
-
-typedef int (*cu_init_fn)(unsigned flags);
-typedef int (*cu_count_fn)(int *count);
-typedef int (*cu_error_name_fn)(int code, const char **name);
-
-/* Names for the results a probe can meet, for drivers (such as the CUDA
- * Toolkit's stub library) whose cuGetErrorName fails too. */
-static const char *cuda_known_name(int code)
-{
-    switch (code) {
-    case 1: return "CUDA_ERROR_INVALID_VALUE";
-    case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
-    case 3: return "CUDA_ERROR_NOT_INITIALIZED";
-    case 4: return "CUDA_ERROR_DEINITIALIZED";
-    case 34: return "CUDA_ERROR_STUB_LIBRARY";
-    case 35: return "CUDA_ERROR_INSUFFICIENT_DRIVER";
-    case 36: return "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER";
-    case 100: return "CUDA_ERROR_NO_DEVICE";
-    case 101: return "CUDA_ERROR_INVALID_DEVICE";
-    case 304: return "CUDA_ERROR_OPERATING_SYSTEM";
-    case 999: return "CUDA_ERROR_UNKNOWN";
-    default: return "CUDA_ERROR_UNRECOGNIZED";
-    }
-}
-
-static void cuda_describe(void *lib, const char *call, int code,
-                          probe_result *result)
-{
-    cu_error_name_fn error_name =
-        (cu_error_name_fn)(uintptr_t)dlsym(lib, "cuGetErrorName");
-    const char *name = NULL;
-    if (!error_name || error_name(code, &name) != 0 || !name)
-        name = cuda_known_name(code);
-    snprintf(result->error, sizeof result->error, "%s failed: %s (%d)", call,
-             name, code);
-}
-
-static bool cuda_count_devices(void *lib, probe_result *result)
-{
-    cu_init_fn init = (cu_init_fn)(uintptr_t)dlsym(lib, "cuInit");
-    cu_count_fn count = (cu_count_fn)(uintptr_t)dlsym(lib, "cuDeviceGetCount");
-    if (!init || !count) {
-        snprintf(result->error, sizeof result->error,
-                 "not a CUDA driver library: %s is missing",
-                 init ? "cuDeviceGetCount" : "cuInit");
-        return false;
-    }
-    int rc = init(0);
-    if (rc == 0)
-        rc = count(&result->device_count);
-    if (rc != 0) {
-        cuda_describe(lib, result->device_count ? "cuDeviceGetCount" : "cuInit",
-                      rc, result);
-        result->device_count = 0;
-        return false;
-    }
-    return true;
-}
-
 static const char *const cuda_names[] = {"libcuda.so.1", NULL};
-
-/* ---- HIP --------------------------------------------------------------- */
-
-typedef int (*hip_init_fn)(unsigned flags);
-typedef int (*hip_count_fn)(int *count);
-typedef const char *(*hip_error_name_fn)(int code);
-
-static bool hip_count_devices(void *lib, probe_result *result)
-{
-    hip_init_fn init = (hip_init_fn)(uintptr_t)dlsym(lib, "hipInit");
-    hip_count_fn count =
-        (hip_count_fn)(uintptr_t)dlsym(lib, "hipGetDeviceCount");
-    hip_error_name_fn error_name =
-        (hip_error_name_fn)(uintptr_t)dlsym(lib, "hipGetErrorName");
-    if (!count) {
-        snprintf(result->error, sizeof result->error,
-                 "not a HIP runtime library: hipGetDeviceCount is missing");
-        return false;
-    }
-    const char *call = "hipInit";
-    int rc = init ? init(0) : 0;
-    if (rc == 0) {
-        call = "hipGetDeviceCount";
-        rc = count(&result->device_count);
-    }
-    if (rc != 0) {
-        const char *name = error_name ? error_name(rc) : NULL;
-        snprintf(result->error, sizeof result->error, "%s failed: %s (%d)",
-                 call, name ? name : "hipErrorUnknown", rc);
-        result->device_count = 0;
-        return false;
-    }
-    return true;
-}
-
 static const char *const hip_names[] = {"libamdhip64.so.7", "libamdhip64.so.6",
                                         "libamdhip64.so.5", "libamdhip64.so",
                                         NULL};
 
 static const gpu_api gpu_apis[MAX_APIS] = {
-    {"cuda", "MAX_DRIVER_CUDA_LIBRARY", cuda_names, cuda_count_devices},
-    {"hip", "MAX_DRIVER_HIP_LIBRARY", hip_names, hip_count_devices},
+    {"cuda", "MAX_DRIVER_CUDA_LIBRARY", cuda_names, &mxd_cuda_probe},
+    {"hip", "MAX_DRIVER_HIP_LIBRARY", hip_names, &mxd_hip_probe},
 };
 
 /* ---- Selection ----------------------------------------------------------- */
@@ -153,6 +56,9 @@ static struct {
     probe_result results[MAX_APIS];
     mxd_selection entries[MAX_APIS];
     char summary[MAX_APIS * (REASON_SIZE + 16)];
+    const gpu_api *chosen; /* NULL: no accelerator backend */
+    int device_count;
+    mxd_device *devices;
 } sel = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* The path the dynamic loader actually opened for `lib`. */
@@ -205,7 +111,8 @@ static void probe(const gpu_api *api, probe_result *result)
     }
     result->loaded = true;
     result->error[0] = '\0';
-    if (!api->count_devices(lib, result)) {
+    if (!api->probe->load(lib, &result->device_count, result->error,
+                          sizeof result->error)) {
         result->failed = true;
         return;
     }
@@ -213,16 +120,26 @@ static void probe(const gpu_api *api, probe_result *result)
         snprintf(result->error, sizeof result->error, "no %s device found",
                  api->api);
         result->failed = true;
-        return;
     }
-    /* The driver works and has devices, but no GPU backend is compiled
-     * into this build yet: say so rather than pretend. */
-    snprintf(result->error, sizeof result->error,
-             "found %d %s device%s, but this build of max.driver has no %s "
-             "backend",
-             result->device_count, api->api,
-             result->device_count == 1 ? "" : "s", api->api);
-    result->failed = true;
+}
+
+/* Makes `api` the accelerator backend with `count` devices. */
+static bool choose(const gpu_api *api, int count, probe_result *result)
+{
+    sel.devices = calloc((size_t)count, sizeof *sel.devices);
+    if (!sel.devices) {
+        snprintf(result->error, sizeof result->error, "out of memory");
+        result->failed = true;
+        return false;
+    }
+    for (int i = 0; i < count; i++) {
+        sel.devices[i].ops = api->probe->backend;
+        sel.devices[i].id = i;
+        pthread_mutex_init(&sel.devices[i].mu, NULL);
+    }
+    sel.chosen = api;
+    sel.device_count = count;
+    return true;
 }
 
 /* "<library>: <error>" for a library that loaded (dlerror already names
@@ -248,7 +165,7 @@ static void publish(void)
             .loaded = r->loaded,
             .device_count = r->device_count,
             .error = r->error[0] ? r->error : NULL,
-            .chosen = false,
+            .chosen = sel.chosen == &gpu_apis[i],
         };
         char reason[REASON_SIZE];
         describe(r, reason, sizeof reason);
@@ -292,7 +209,15 @@ static void select_backend(void)
                      "not tried: MAX_DRIVER_BACKEND=%s", env);
             continue;
         }
+        if (sel.chosen) {
+            snprintf(r->error, sizeof r->error,
+                     "not tried: the %s backend was chosen first",
+                     sel.chosen->api);
+            continue;
+        }
         probe(&gpu_apis[i], r);
+        if (!r->failed)
+            choose(&gpu_apis[i], r->device_count, r);
         if (forced == i && r->failed) {
             char reason[REASON_SIZE];
             describe(r, reason, sizeof reason);
@@ -337,16 +262,21 @@ const char *mxd_selection_summary(void)
 
 int mxd_accelerator_count(void)
 {
-    return 0; /* no GPU backend is compiled in yet (see probe()) */
+    return sel.device_count;
 }
 
 const char *mxd_accelerator_api(void)
 {
-    return NULL;
+    return sel.chosen ? sel.chosen->api : NULL;
 }
 
-mxd_device *mxd_selected_device(int id)
+mxd_status mxd_selected_device(int id, mxd_device **out, mxd_error *err)
 {
-    (void)id;
-    return NULL; /* unreachable while mxd_accelerator_count() is 0 */
+    mxd_device *dev = &sel.devices[id];
+    pthread_mutex_lock(&sel.mu);
+    mxd_status st = sel.chosen->probe->open_device(dev, err);
+    pthread_mutex_unlock(&sel.mu);
+    if (st == MXD_OK)
+        *out = dev;
+    return st;
 }

@@ -4,7 +4,8 @@
 
 #include "mxd.h"
 
-/* Accelerator `id` of the selected backend; id must be in range. */
-mxd_device *mxd_selected_device(int id);
+/* Accelerator `id` of the selected backend, prepared for use on first
+ * call; id must be in range. */
+mxd_status mxd_selected_device(int id, mxd_device **out, mxd_error *err);
 
 #endif /* MXD_SELECT_H */

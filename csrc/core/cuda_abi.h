@@ -1,0 +1,105 @@
+/* Our own declarations of the few CUDA driver API types, constants and
+ * entry points the CUDA backend uses, so that no CUDA SDK is needed to
+ * build.  Names and types mirror <cuda.h>; tests/abi/check_abi.c compiles
+ * them against the real header (when installed) and fails on any
+ * difference. */
+#ifndef MXD_CUDA_ABI_H
+#define MXD_CUDA_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef unsigned int cu_result; /* enum cudaError_enum */
+typedef int cu_device;
+typedef unsigned long long cu_deviceptr;
+typedef struct CUctx_st *cu_context;
+typedef struct CUstream_st *cu_stream;
+typedef struct CUevent_st *cu_event;
+typedef void (*cu_host_fn)(void *user_data);
+typedef void (*cu_stream_callback)(cu_stream stream, cu_result status,
+                                   void *user_data);
+
+enum {
+    CU_SUCCESS = 0,
+    CU_ERROR_INVALID_VALUE = 1,
+    CU_ERROR_NOT_READY = 600,
+    CU_STREAM_NON_BLOCKING = 0x1,
+    CU_EVENT_DISABLE_TIMING = 0x2,
+    CU_MEMHOSTALLOC_PORTABLE = 0x1,
+    CU_MEMHOSTALLOC_DEVICEMAP = 0x2,
+    CU_STREAM_WAIT_VALUE_EQ = 0x1,
+    CU_DEVICE_ATTRIBUTE_INTEGRATED = 18,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+};
+
+/* The entry points: X(name, version, kind, return, parameters).
+ *   name     the base name given to cuGetProcAddress
+ *   version  the CUDA version whose ABI of `name` we declare (selects the
+ *            _v2 variants); dlsym falls back to the versioned symbol names
+ *            listed in cuda.c
+ *   kind     REQUIRED (the backend cannot work without it) or OPTIONAL (its
+ *            absence disables one feature, named in the error) */
+#define CUDA_ENTRY_POINTS(X)                                                   \
+    X(cuInit, 2000, REQUIRED, cu_result, (unsigned int flags))                 \
+    X(cuGetErrorName, 6000, REQUIRED, cu_result,                               \
+      (cu_result error, const char **name))                                    \
+    X(cuGetErrorString, 6000, OPTIONAL, cu_result,                             \
+      (cu_result error, const char **text))                                    \
+    X(cuDeviceGetCount, 2000, REQUIRED, cu_result, (int *count))               \
+    X(cuDeviceGet, 2000, REQUIRED, cu_result,                                  \
+      (cu_device * device, int ordinal))                                       \
+    X(cuDeviceGetName, 2000, REQUIRED, cu_result,                              \
+      (char *name, int len, cu_device dev))                                    \
+    X(cuDeviceGetAttribute, 2000, REQUIRED, cu_result,                         \
+      (int *value, int attrib, cu_device dev))                                 \
+    X(cuDeviceTotalMem, 3020, REQUIRED, cu_result,                             \
+      (size_t * bytes, cu_device dev))                                         \
+    X(cuDeviceCanAccessPeer, 4000, REQUIRED, cu_result,                        \
+      (int *can_access, cu_device dev, cu_device peer))                        \
+    X(cuDevicePrimaryCtxRetain, 7000, REQUIRED, cu_result,                     \
+      (cu_context * ctx, cu_device dev))                                       \
+    X(cuCtxPushCurrent, 4000, REQUIRED, cu_result, (cu_context ctx))           \
+    X(cuCtxPopCurrent, 4000, REQUIRED, cu_result, (cu_context * ctx))          \
+    X(cuMemGetInfo, 3020, REQUIRED, cu_result,                                 \
+      (size_t * free_bytes, size_t * total_bytes))                             \
+    X(cuDeviceGetGraphMemAttribute, 11040, OPTIONAL, cu_result,                \
+      (cu_device dev, int attr, void *value))                                  \
+    X(cuStreamCreate, 2000, REQUIRED, cu_result,                               \
+      (cu_stream * stream, unsigned int flags))                                \
+    X(cuStreamDestroy, 4000, REQUIRED, cu_result, (cu_stream stream))          \
+    X(cuStreamQuery, 2000, REQUIRED, cu_result, (cu_stream stream))            \
+    X(cuStreamSynchronize, 2000, REQUIRED, cu_result, (cu_stream stream))      \
+    X(cuStreamWaitEvent, 3020, REQUIRED, cu_result,                            \
+      (cu_stream stream, cu_event event, unsigned int flags))                  \
+    X(cuEventCreate, 2000, REQUIRED, cu_result,                                \
+      (cu_event * event, unsigned int flags))                                  \
+    X(cuEventDestroy, 4000, REQUIRED, cu_result, (cu_event event))             \
+    X(cuEventRecord, 2000, REQUIRED, cu_result,                                \
+      (cu_event event, cu_stream stream))                                      \
+    X(cuEventQuery, 2000, REQUIRED, cu_result, (cu_event event))               \
+    X(cuEventSynchronize, 2000, REQUIRED, cu_result, (cu_event event))         \
+    X(cuEventElapsedTime, 12080, REQUIRED, cu_result,                          \
+      (float *ms, cu_event start, cu_event end))                               \
+    X(cuMemHostAlloc, 3020, REQUIRED, cu_result,                               \
+      (void **host, size_t bytes, unsigned int flags))                         \
+    X(cuMemHostGetDevicePointer, 3020, REQUIRED, cu_result,                    \
+      (cu_deviceptr * device, void *host, unsigned int flags))                 \
+    X(cuMemFreeHost, 2000, REQUIRED, cu_result, (void *host))                  \
+    X(cuStreamWaitValue64, 11070, OPTIONAL, cu_result,                         \
+      (cu_stream stream, cu_deviceptr addr, uint64_t value,                    \
+       unsigned int flags))                                                    \
+    X(cuLaunchHostFunc, 10000, OPTIONAL, cu_result,                            \
+      (cu_stream stream, cu_host_fn fn, void *user_data))                      \
+    X(cuStreamAddCallback, 5000, OPTIONAL, cu_result,                          \
+      (cu_stream stream, cu_stream_callback callback, void *user_data,         \
+       unsigned int flags))
+
+/* cuGetProcAddress_v2 (CUDA 12.0+); `status` may be NULL. */
+typedef cu_result (*cu_get_proc_address_fn)(const char *symbol, void **pfn,
+                                            int cuda_version, uint64_t flags,
+                                            int *status);
+
+#endif /* MXD_CUDA_ABI_H */

@@ -1,0 +1,126 @@
+/* Our own declarations of the few HIP runtime types, constants and entry
+ * points the HIP backend uses, so that no ROCm SDK is needed to build.
+ * Names and types mirror <hip/hip_runtime_api.h>; tests/abi/check_abi.c
+ * compiles them against the real header (Debian's libamdhip64-dev, when
+ * installed) and fails on any difference. */
+#ifndef MXD_HIP_ABI_H
+#define MXD_HIP_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef unsigned int hip_result; /* enum hipError_t */
+typedef int hip_device;
+typedef struct ihipStream_t *hip_stream;
+typedef struct ihipEvent_t *hip_event;
+typedef void (*hip_host_fn)(void *user_data);
+typedef void (*hip_stream_callback)(hip_stream stream, hip_result status,
+                                    void *user_data);
+
+enum {
+    HIP_SUCCESS = 0,
+    HIP_ERROR_INVALID_VALUE = 1,
+    HIP_ERROR_NOT_READY = 600,
+    HIP_STREAM_NON_BLOCKING = 0x1,
+    HIP_EVENT_DISABLE_TIMING = 0x2,
+    HIP_HOST_MALLOC_PORTABLE = 0x1,
+    HIP_HOST_MALLOC_MAPPED = 0x2,
+    HIP_STREAM_WAIT_VALUE_EQ = 0x1,
+    HIP_DEVICE_ATTRIBUTE_INTEGRATED = 16,
+    HIP_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+    HIP_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+};
+
+/* The leading fields of hipDeviceProp_t as ROCm 5 lays it out (and as
+ * ROCm 6 keeps it for hipGetDevicePropertiesR0000), up to gcnArchName:
+ * the only field we read.  The runtime writes the whole structure, so
+ * callers pass a buffer of HIP_DEVICE_PROP_BUFFER bytes. */
+typedef struct hip_device_prop_r0000 {
+    char name[256];
+    size_t totalGlobalMem;
+    size_t sharedMemPerBlock;
+    int regsPerBlock;
+    int warpSize;
+    int maxThreadsPerBlock;
+    int maxThreadsDim[3];
+    int maxGridSize[3];
+    int clockRate;
+    int memoryClockRate;
+    int memoryBusWidth;
+    size_t totalConstMem;
+    int major;
+    int minor;
+    int multiProcessorCount;
+    int l2CacheSize;
+    int maxThreadsPerMultiProcessor;
+    int computeMode;
+    int clockInstructionRate;
+    unsigned int arch; /* hipDeviceArch_t: a 32-bit set of flags */
+    int concurrentKernels;
+    int pciDomainID;
+    int pciBusID;
+    int pciDeviceID;
+    size_t maxSharedMemoryPerMultiProcessor;
+    int isMultiGpuBoard;
+    int canMapHostMemory;
+    int gcnArch;
+    char gcnArchName[256];
+} hip_device_prop_r0000;
+
+enum { HIP_DEVICE_PROP_BUFFER = 8192 };
+
+/* The entry points: X(name, kind, return, parameters); kind is REQUIRED or
+ * OPTIONAL as for CUDA.  hipLaunchHostFunc is missing from ROCm 5.2, whose
+ * hipStreamAddCallback serves instead. */
+#define HIP_ENTRY_POINTS(X)                                                    \
+    X(hipInit, REQUIRED, hip_result, (unsigned int flags))                     \
+    X(hipGetErrorName, REQUIRED, const char *, (hip_result error))             \
+    X(hipGetErrorString, OPTIONAL, const char *, (hip_result error))           \
+    X(hipGetDeviceCount, REQUIRED, hip_result, (int *count))                   \
+    X(hipGetDevice, REQUIRED, hip_result, (int *device))                       \
+    X(hipSetDevice, REQUIRED, hip_result, (int device))                        \
+    X(hipDeviceGetName, REQUIRED, hip_result,                                  \
+      (char *name, int len, hip_device dev))                                   \
+    X(hipDeviceGetAttribute, REQUIRED, hip_result,                             \
+      (int *value, int attrib, int dev))                                       \
+    X(hipGetDeviceProperties, REQUIRED, hip_result,                            \
+      (hip_device_prop_r0000 * prop, int dev))                                 \
+    X(hipDeviceTotalMem, REQUIRED, hip_result,                                 \
+      (size_t * bytes, hip_device dev))                                        \
+    X(hipDeviceCanAccessPeer, REQUIRED, hip_result,                            \
+      (int *can_access, int dev, int peer))                                    \
+    X(hipMemGetInfo, REQUIRED, hip_result,                                     \
+      (size_t * free_bytes, size_t * total_bytes))                             \
+    X(hipDeviceGetGraphMemAttribute, OPTIONAL, hip_result,                     \
+      (int dev, int attr, void *value))                                        \
+    X(hipStreamCreateWithFlags, REQUIRED, hip_result,                          \
+      (hip_stream * stream, unsigned int flags))                               \
+    X(hipStreamDestroy, REQUIRED, hip_result, (hip_stream stream))             \
+    X(hipStreamQuery, REQUIRED, hip_result, (hip_stream stream))               \
+    X(hipStreamSynchronize, REQUIRED, hip_result, (hip_stream stream))         \
+    X(hipStreamWaitEvent, REQUIRED, hip_result,                                \
+      (hip_stream stream, hip_event event, unsigned int flags))                \
+    X(hipEventCreateWithFlags, REQUIRED, hip_result,                           \
+      (hip_event * event, unsigned int flags))                                 \
+    X(hipEventDestroy, REQUIRED, hip_result, (hip_event event))                \
+    X(hipEventRecord, REQUIRED, hip_result,                                    \
+      (hip_event event, hip_stream stream))                                    \
+    X(hipEventQuery, REQUIRED, hip_result, (hip_event event))                  \
+    X(hipEventSynchronize, REQUIRED, hip_result, (hip_event event))            \
+    X(hipEventElapsedTime, REQUIRED, hip_result,                               \
+      (float *ms, hip_event start, hip_event end))                             \
+    X(hipHostMalloc, REQUIRED, hip_result,                                     \
+      (void **host, size_t bytes, unsigned int flags))                         \
+    X(hipHostGetDevicePointer, REQUIRED, hip_result,                           \
+      (void **device, void *host, unsigned int flags))                         \
+    X(hipHostFree, REQUIRED, hip_result, (void *host))                         \
+    X(hipStreamWaitValue64, OPTIONAL, hip_result,                              \
+      (hip_stream stream, void *ptr, uint64_t value, unsigned int flags,       \
+       uint64_t mask))                                                         \
+    X(hipLaunchHostFunc, OPTIONAL, hip_result,                                 \
+      (hip_stream stream, hip_host_fn fn, void *user_data))                    \
+    X(hipStreamAddCallback, OPTIONAL, hip_result,                              \
+      (hip_stream stream, hip_stream_callback callback, void *user_data,       \
+       unsigned int flags))
+
+#endif /* MXD_HIP_ABI_H */
