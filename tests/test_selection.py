@@ -10,6 +10,9 @@ import pytest
 from max import driver
 
 CUDA_STUB = "/usr/local/cuda/lib64/stubs/libcuda.so"
+# Debian's HIP runtime (libamdhip64-5, installed by .ci/run): a real library
+# on a machine without an AMD GPU.
+DEBIAN_HIP = "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5"
 KEYS = {"api", "library", "loaded", "device_count", "error", "chosen"}
 
 pytestmark = pytest.mark.skipif(
@@ -197,6 +200,28 @@ def test_cuda_stub_forced_import_error(run_py):
     assert "ERR ImportError" in out
     assert "CUDA_ERROR_STUB_LIBRARY" in out
     assert CUDA_STUB in out
+
+
+@pytest.mark.skipif(not os.path.exists(DEBIAN_HIP), reason="no libamdhip64.so.5")
+def test_debian_hip_runtime_without_gpu_falls_back(run_py):
+    out = _dump(run_py, MAX_DRIVER_HIP_LIBRARY=DEBIAN_HIP)
+    hip = next(e for e in out["selection"] if e["api"] == "hip")
+    assert hip["loaded"] is True  # the real runtime loads and resolves
+    assert hip["chosen"] is False
+    assert hip["device_count"] == 0
+    # The runtime's own error name and code, e.g. "hipInit failed:
+    # hipErrorInvalidDevice (101)" or hipErrorNoDevice (100).
+    assert "hipError" in hip["error"] and "(" in hip["error"]
+    assert out["count"] == 0
+    assert out["cpu_works"]
+
+
+@pytest.mark.skipif(not os.path.exists(DEBIAN_HIP), reason="no libamdhip64.so.5")
+def test_debian_hip_runtime_forced_import_error(run_py):
+    out = _import(run_py, MAX_DRIVER_BACKEND="hip", MAX_DRIVER_HIP_LIBRARY=DEBIAN_HIP)
+    assert "ERR ImportError" in out
+    assert "hipError" in out
+    assert DEBIAN_HIP in out
 
 
 def test_import_error_is_not_module_not_found(run_py):

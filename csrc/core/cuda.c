@@ -49,7 +49,7 @@ static const char *known_name(cu_result rc)
 static const char *error_name(cu_result rc)
 {
     const char *name = NULL;
-    if (drv.cuGetErrorName(rc, &name) != CU_SUCCESS || !name)
+    if (drv.cuGetErrorName(rc, &name) != MXD_CU_SUCCESS || !name)
         return known_name(rc);
     return name;
 }
@@ -67,13 +67,13 @@ static mxd_status driver_error(cu_result rc, const char *call, mxd_error *err)
 /* MXD_OK, or a driver error naming `call`. */
 static mxd_status check(cu_result rc, const char *call, mxd_error *err)
 {
-    return rc == CU_SUCCESS ? MXD_OK : driver_error(rc, call, err);
+    return rc == MXD_CU_SUCCESS ? MXD_OK : driver_error(rc, call, err);
 }
 
 /* For queries: MXD_TIMEOUT means "not ready yet". */
 static mxd_status check_query(cu_result rc, const char *call, mxd_error *err)
 {
-    return rc == CU_ERROR_NOT_READY ? MXD_TIMEOUT : check(rc, call, err);
+    return rc == MXD_CU_ERROR_NOT_READY ? MXD_TIMEOUT : check(rc, call, err);
 }
 
 static mxd_status missing(const char *what, mxd_error *err)
@@ -94,7 +94,7 @@ static void *resolve(void *lib, cu_get_proc_address_fn get_proc,
                      const char *name, int version)
 {
     void *fn = NULL;
-    if (get_proc && get_proc(name, &fn, version, 0, NULL) == CU_SUCCESS && fn)
+    if (get_proc && get_proc(name, &fn, version, 0, NULL) == MXD_CU_SUCCESS && fn)
         return fn;
     char versioned[128];
     snprintf(versioned, sizeof versioned, "%s_v2", name);
@@ -124,11 +124,11 @@ static bool api_load(void *lib, int *device_count, char *reason, size_t size)
         return false;
     const char *call = "cuInit";
     cu_result rc = drv.cuInit(0);
-    if (rc == CU_SUCCESS) {
+    if (rc == MXD_CU_SUCCESS) {
         call = "cuDeviceGetCount";
         rc = drv.cuDeviceGetCount(device_count);
     }
-    if (rc != CU_SUCCESS) {
+    if (rc != MXD_CU_SUCCESS) {
         snprintf(reason, size, "%s failed: %s (%u)", call, error_name(rc), rc);
         *device_count = 0;
         return false;
@@ -163,17 +163,18 @@ static void api_leave(api_device *d)
     drv.cuCtxPopCurrent(&popped);
 }
 
-static int attribute(const api_device *d, int attrib, int fallback)
+static int attribute(const api_device *d, cu_device_attribute attrib,
+                     int fallback)
 {
     int value;
-    return drv.cuDeviceGetAttribute(&value, attrib, d->device) == CU_SUCCESS
+    return drv.cuDeviceGetAttribute(&value, attrib, d->device) == MXD_CU_SUCCESS
                ? value
                : fallback;
 }
 
 static bool api_device_integrated(api_device *d)
 {
-    return attribute(d, CU_DEVICE_ATTRIBUTE_INTEGRATED, 0) != 0;
+    return attribute(d, MXD_CU_DEVICE_ATTRIBUTE_INTEGRATED, 0) != 0;
 }
 
 static mxd_status api_device_architecture(api_device *d, char *buf, size_t size,
@@ -182,11 +183,11 @@ static mxd_status api_device_architecture(api_device *d, char *buf, size_t size,
     int major, minor;
     mxd_status st = check(
         drv.cuDeviceGetAttribute(
-            &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->device),
+            &major, MXD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->device),
         "cuDeviceGetAttribute", err);
     if (st == MXD_OK)
         st = check(drv.cuDeviceGetAttribute(
-                       &minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                       &minor, MXD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
                        d->device),
                    "cuDeviceGetAttribute", err);
     if (st == MXD_OK)
@@ -201,7 +202,7 @@ static mxd_status api_device_name(api_device *d, char *buf, size_t size,
                  "cuDeviceGetName", err);
 }
 
-static uint64_t graph_memory(const api_device *d, int attr)
+static uint64_t graph_memory(const api_device *d, cu_graph_mem_attribute attr)
 {
     uint64_t value = 0;
     drv.cuDeviceGetGraphMemAttribute(d->device, attr, &value);
@@ -221,9 +222,9 @@ static mxd_status api_memory(api_device *d, mxd_memory_stats *out,
     out->has_graph_memory = drv.cuDeviceGetGraphMemAttribute != NULL;
     if (out->has_graph_memory) {
         out->graph_mem_reserved =
-            graph_memory(d, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
+            graph_memory(d, MXD_CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
         out->graph_mem_used =
-            graph_memory(d, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
+            graph_memory(d, MXD_CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
     }
     return MXD_OK;
 }
@@ -245,7 +246,7 @@ static mxd_status api_can_access(api_device *d, api_device *peer, bool *out,
 static mxd_status api_stream_create(gpu_stream *s, mxd_error *err)
 {
     /* Non-blocking: never synchronizes with the legacy NULL stream. */
-    return check(drv.cuStreamCreate(s, CU_STREAM_NON_BLOCKING),
+    return check(drv.cuStreamCreate(s, MXD_CU_STREAM_NON_BLOCKING),
                  "cuStreamCreate", err);
 }
 
@@ -267,7 +268,7 @@ static mxd_status api_stream_wait_event(gpu_stream s, gpu_event e,
 
 static mxd_status api_event_create(gpu_event *e, bool timing, mxd_error *err)
 {
-    return check(drv.cuEventCreate(e, timing ? 0 : CU_EVENT_DISABLE_TIMING),
+    return check(drv.cuEventCreate(e, timing ? 0 : MXD_CU_EVENT_DISABLE_TIMING),
                  "cuEventCreate", err);
 }
 
@@ -298,8 +299,8 @@ static mxd_status api_event_elapsed(float *ms, gpu_event a, gpu_event b,
 static mxd_status api_host_alloc(void **host, size_t size, mxd_error *err)
 {
     return check(drv.cuMemHostAlloc(host, size,
-                                    CU_MEMHOSTALLOC_PORTABLE |
-                                        CU_MEMHOSTALLOC_DEVICEMAP),
+                                    MXD_CU_MEMHOSTALLOC_PORTABLE |
+                                        MXD_CU_MEMHOSTALLOC_DEVICEMAP),
                  "cuMemHostAlloc", err);
 }
 
@@ -324,7 +325,7 @@ static mxd_status api_wait_value_eq(gpu_stream s, uintptr_t device_ptr,
     if (!drv.cuStreamWaitValue64)
         return missing("cuStreamWaitValue64 (stream memory operations)", err);
     return check(
-        drv.cuStreamWaitValue64(s, device_ptr, value, CU_STREAM_WAIT_VALUE_EQ),
+        drv.cuStreamWaitValue64(s, device_ptr, value, MXD_CU_STREAM_WAIT_VALUE_EQ),
         "cuStreamWaitValue64", err);
 }
 

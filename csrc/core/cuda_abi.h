@@ -15,24 +15,26 @@ typedef unsigned long long cu_deviceptr;
 typedef struct CUctx_st *cu_context;
 typedef struct CUstream_st *cu_stream;
 typedef struct CUevent_st *cu_event;
+typedef unsigned int cu_device_attribute;    /* enum CUdevice_attribute */
+typedef unsigned int cu_graph_mem_attribute; /* enum CUgraphMem_attribute */
 typedef void (*cu_host_fn)(void *user_data);
 typedef void (*cu_stream_callback)(cu_stream stream, cu_result status,
                                    void *user_data);
 
+/* Prefixed so that they can sit beside <cuda.h>'s own in the ABI check. */
 enum {
-    CU_SUCCESS = 0,
-    CU_ERROR_INVALID_VALUE = 1,
-    CU_ERROR_NOT_READY = 600,
-    CU_STREAM_NON_BLOCKING = 0x1,
-    CU_EVENT_DISABLE_TIMING = 0x2,
-    CU_MEMHOSTALLOC_PORTABLE = 0x1,
-    CU_MEMHOSTALLOC_DEVICEMAP = 0x2,
-    CU_STREAM_WAIT_VALUE_EQ = 0x1,
-    CU_DEVICE_ATTRIBUTE_INTEGRATED = 18,
-    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
-    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
-    CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
-    CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+    MXD_CU_SUCCESS = 0,
+    MXD_CU_ERROR_NOT_READY = 600,
+    MXD_CU_STREAM_NON_BLOCKING = 0x1,
+    MXD_CU_EVENT_DISABLE_TIMING = 0x2,
+    MXD_CU_MEMHOSTALLOC_PORTABLE = 0x1,
+    MXD_CU_MEMHOSTALLOC_DEVICEMAP = 0x2,
+    MXD_CU_STREAM_WAIT_VALUE_EQ = 0x1,
+    MXD_CU_DEVICE_ATTRIBUTE_INTEGRATED = 18,
+    MXD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    MXD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    MXD_CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+    MXD_CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
 };
 
 /* The entry points: X(name, version, kind, return, parameters).
@@ -54,7 +56,7 @@ enum {
     X(cuDeviceGetName, 2000, REQUIRED, cu_result,                              \
       (char *name, int len, cu_device dev))                                    \
     X(cuDeviceGetAttribute, 2000, REQUIRED, cu_result,                         \
-      (int *value, int attrib, cu_device dev))                                 \
+      (int *value, cu_device_attribute attrib, cu_device dev))                                 \
     X(cuDeviceTotalMem, 3020, REQUIRED, cu_result,                             \
       (size_t * bytes, cu_device dev))                                         \
     X(cuDeviceCanAccessPeer, 4000, REQUIRED, cu_result,                        \
@@ -66,7 +68,7 @@ enum {
     X(cuMemGetInfo, 3020, REQUIRED, cu_result,                                 \
       (size_t * free_bytes, size_t * total_bytes))                             \
     X(cuDeviceGetGraphMemAttribute, 11040, OPTIONAL, cu_result,                \
-      (cu_device dev, int attr, void *value))                                  \
+      (cu_device dev, cu_graph_mem_attribute attr, void *value))                                  \
     X(cuStreamCreate, 2000, REQUIRED, cu_result,                               \
       (cu_stream * stream, unsigned int flags))                                \
     X(cuStreamDestroy, 4000, REQUIRED, cu_result, (cu_stream stream))          \

@@ -37,7 +37,7 @@ static const char *error_name(hip_result rc)
 
 static mxd_status check(hip_result rc, const char *call, mxd_error *err)
 {
-    if (rc == HIP_SUCCESS)
+    if (rc == MXD_HIP_SUCCESS)
         return MXD_OK;
     const char *text = drv.hipGetErrorString ? drv.hipGetErrorString(rc) : 0;
     const char *name = error_name(rc);
@@ -48,7 +48,7 @@ static mxd_status check(hip_result rc, const char *call, mxd_error *err)
 /* For queries: MXD_TIMEOUT means "not ready yet". */
 static mxd_status check_query(hip_result rc, const char *call, mxd_error *err)
 {
-    return rc == HIP_ERROR_NOT_READY ? MXD_TIMEOUT : check(rc, call, err);
+    return rc == MXD_HIP_ERROR_NOT_READY ? MXD_TIMEOUT : check(rc, call, err);
 }
 
 static mxd_status missing(const char *what, mxd_error *err)
@@ -85,11 +85,11 @@ static bool api_load(void *lib, int *device_count, char *reason, size_t size)
 #undef RESOLVE
     const char *call = "hipInit";
     hip_result rc = drv.hipInit(0);
-    if (rc == HIP_SUCCESS) {
+    if (rc == MXD_HIP_SUCCESS) {
         call = "hipGetDeviceCount";
         rc = drv.hipGetDeviceCount(device_count);
     }
-    if (rc != HIP_SUCCESS) {
+    if (rc != MXD_HIP_SUCCESS) {
         snprintf(reason, size, "%s failed: %s (%u)", call, error_name(rc), rc);
         *device_count = 0;
         return false;
@@ -128,8 +128,8 @@ static void api_leave(api_device *d)
 static bool api_device_integrated(api_device *d)
 {
     int value = 0;
-    return drv.hipDeviceGetAttribute(&value, HIP_DEVICE_ATTRIBUTE_INTEGRATED,
-                                     d->id) == HIP_SUCCESS &&
+    return drv.hipDeviceGetAttribute(&value, MXD_HIP_DEVICE_ATTRIBUTE_INTEGRATED,
+                                     d->id) == MXD_HIP_SUCCESS &&
            value != 0;
 }
 
@@ -144,7 +144,8 @@ static mxd_status api_device_architecture(api_device *d, char *buf, size_t size,
     } *props = calloc(1, sizeof *props);
     if (!props)
         return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
-    mxd_status st = check(drv.hipGetDeviceProperties(&props->prop, d->id),
+    mxd_status st = check(drv.hipGetDeviceProperties(
+                              (struct hipDeviceProp_t *)&props->prop, d->id),
                           "hipGetDeviceProperties", err);
     if (st == MXD_OK) {
         /* "gfx90a:sramecc+:xnack-": the architecture is before the ':'. */
@@ -163,7 +164,8 @@ static mxd_status api_device_name(api_device *d, char *buf, size_t size,
                  "hipDeviceGetName", err);
 }
 
-static uint64_t graph_memory(const api_device *d, int attr)
+static uint64_t graph_memory(const api_device *d,
+                             hip_graph_mem_attribute attr)
 {
     uint64_t value = 0;
     drv.hipDeviceGetGraphMemAttribute(d->id, attr, &value);
@@ -183,9 +185,9 @@ static mxd_status api_memory(api_device *d, mxd_memory_stats *out,
     out->has_graph_memory = drv.hipDeviceGetGraphMemAttribute != NULL;
     if (out->has_graph_memory) {
         out->graph_mem_reserved =
-            graph_memory(d, HIP_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
+            graph_memory(d, MXD_HIP_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
         out->graph_mem_used =
-            graph_memory(d, HIP_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
+            graph_memory(d, MXD_HIP_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
     }
     return MXD_OK;
 }
@@ -206,7 +208,7 @@ static mxd_status api_can_access(api_device *d, api_device *peer, bool *out,
 static mxd_status api_stream_create(gpu_stream *s, mxd_error *err)
 {
     /* Non-blocking: never synchronizes with the legacy NULL stream. */
-    return check(drv.hipStreamCreateWithFlags(s, HIP_STREAM_NON_BLOCKING),
+    return check(drv.hipStreamCreateWithFlags(s, MXD_HIP_STREAM_NON_BLOCKING),
                  "hipStreamCreateWithFlags", err);
 }
 
@@ -228,7 +230,7 @@ static mxd_status api_stream_wait_event(gpu_stream s, gpu_event e,
 
 static mxd_status api_event_create(gpu_event *e, bool timing, mxd_error *err)
 {
-    unsigned flags = timing ? 0 : HIP_EVENT_DISABLE_TIMING;
+    unsigned flags = timing ? 0 : MXD_HIP_EVENT_DISABLE_TIMING;
     return check(drv.hipEventCreateWithFlags(e, flags),
                  "hipEventCreateWithFlags", err);
 }
@@ -259,7 +261,7 @@ static mxd_status api_event_elapsed(float *ms, gpu_event a, gpu_event b,
 
 static mxd_status api_host_alloc(void **host, size_t size, mxd_error *err)
 {
-    unsigned flags = HIP_HOST_MALLOC_PORTABLE | HIP_HOST_MALLOC_MAPPED;
+    unsigned flags = MXD_HIP_HOST_MALLOC_PORTABLE | MXD_HIP_HOST_MALLOC_MAPPED;
     return check(drv.hipHostMalloc(host, size, flags), "hipHostMalloc", err);
 }
 
@@ -284,7 +286,7 @@ static mxd_status api_wait_value_eq(gpu_stream s, uintptr_t device_ptr,
     if (!drv.hipStreamWaitValue64)
         return missing("hipStreamWaitValue64 (stream memory operations)", err);
     return check(drv.hipStreamWaitValue64(s, (void *)device_ptr, value,
-                                          HIP_STREAM_WAIT_VALUE_EQ, UINT64_MAX),
+                                          MXD_HIP_STREAM_WAIT_VALUE_EQ, UINT64_MAX),
                  "hipStreamWaitValue64", err);
 }
 

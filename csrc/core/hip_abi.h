@@ -13,23 +13,31 @@ typedef unsigned int hip_result; /* enum hipError_t */
 typedef int hip_device;
 typedef struct ihipStream_t *hip_stream;
 typedef struct ihipEvent_t *hip_event;
+typedef unsigned int hip_device_attribute; /* enum hipDeviceAttribute_t */
+typedef unsigned int
+    hip_graph_mem_attribute; /* enum hipGraphMemAttributeType */
 typedef void (*hip_host_fn)(void *user_data);
 typedef void (*hip_stream_callback)(hip_stream stream, hip_result status,
                                     void *user_data);
 
+/* Prefixed so that they can sit beside the real header's in the ABI
+ * check. */
 enum {
-    HIP_SUCCESS = 0,
-    HIP_ERROR_INVALID_VALUE = 1,
-    HIP_ERROR_NOT_READY = 600,
-    HIP_STREAM_NON_BLOCKING = 0x1,
-    HIP_EVENT_DISABLE_TIMING = 0x2,
-    HIP_HOST_MALLOC_PORTABLE = 0x1,
-    HIP_HOST_MALLOC_MAPPED = 0x2,
-    HIP_STREAM_WAIT_VALUE_EQ = 0x1,
-    HIP_DEVICE_ATTRIBUTE_INTEGRATED = 16,
-    HIP_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
-    HIP_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+    MXD_HIP_SUCCESS = 0,
+    MXD_HIP_ERROR_NOT_READY = 600,
+    MXD_HIP_STREAM_NON_BLOCKING = 0x1,
+    MXD_HIP_EVENT_DISABLE_TIMING = 0x2,
+    MXD_HIP_HOST_MALLOC_PORTABLE = 0x1,
+    MXD_HIP_HOST_MALLOC_MAPPED = 0x2,
+    MXD_HIP_STREAM_WAIT_VALUE_EQ = 0x1,
+    MXD_HIP_DEVICE_ATTRIBUTE_INTEGRATED = 16,
+    MXD_HIP_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+    MXD_HIP_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
 };
+
+/* hipGetDeviceProperties takes the runtime's own structure, incomplete
+ * here: we read it through the prefix below. */
+struct hipDeviceProp_t;
 
 /* The leading fields of hipDeviceProp_t as ROCm 5 lays it out (and as
  * ROCm 6 keeps it for hipGetDevicePropertiesR0000), up to gcnArchName:
@@ -71,8 +79,11 @@ enum { HIP_DEVICE_PROP_BUFFER = 8192 };
 
 /* The entry points: X(name, kind, return, parameters); kind is REQUIRED or
  * OPTIONAL as for CUDA.  hipLaunchHostFunc is missing from ROCm 5.2, whose
- * hipStreamAddCallback serves instead. */
-#define HIP_ENTRY_POINTS(X)                                                    \
+ * hipStreamAddCallback serves instead.  Entry points newer than ROCm 5.2
+ * (the headers the ABI check has) are listed apart. */
+#define HIP_ENTRY_POINTS(X) HIP_ENTRY_POINTS_5_2(X) HIP_ENTRY_POINTS_5_3(X)
+
+#define HIP_ENTRY_POINTS_5_2(X)                                                \
     X(hipInit, REQUIRED, hip_result, (unsigned int flags))                     \
     X(hipGetErrorName, REQUIRED, const char *, (hip_result error))             \
     X(hipGetErrorString, OPTIONAL, const char *, (hip_result error))           \
@@ -82,17 +93,15 @@ enum { HIP_DEVICE_PROP_BUFFER = 8192 };
     X(hipDeviceGetName, REQUIRED, hip_result,                                  \
       (char *name, int len, hip_device dev))                                   \
     X(hipDeviceGetAttribute, REQUIRED, hip_result,                             \
-      (int *value, int attrib, int dev))                                       \
+      (int *value, hip_device_attribute attrib, int dev))                      \
     X(hipGetDeviceProperties, REQUIRED, hip_result,                            \
-      (hip_device_prop_r0000 * prop, int dev))                                 \
+      (struct hipDeviceProp_t * prop, int dev))                                \
     X(hipDeviceTotalMem, REQUIRED, hip_result,                                 \
       (size_t * bytes, hip_device dev))                                        \
     X(hipDeviceCanAccessPeer, REQUIRED, hip_result,                            \
       (int *can_access, int dev, int peer))                                    \
     X(hipMemGetInfo, REQUIRED, hip_result,                                     \
       (size_t * free_bytes, size_t * total_bytes))                             \
-    X(hipDeviceGetGraphMemAttribute, OPTIONAL, hip_result,                     \
-      (int dev, int attr, void *value))                                        \
     X(hipStreamCreateWithFlags, REQUIRED, hip_result,                          \
       (hip_stream * stream, unsigned int flags))                               \
     X(hipStreamDestroy, REQUIRED, hip_result, (hip_stream stream))             \
@@ -122,5 +131,9 @@ enum { HIP_DEVICE_PROP_BUFFER = 8192 };
     X(hipStreamAddCallback, OPTIONAL, hip_result,                              \
       (hip_stream stream, hip_stream_callback callback, void *user_data,       \
        unsigned int flags))
+
+#define HIP_ENTRY_POINTS_5_3(X)                                                \
+    X(hipDeviceGetGraphMemAttribute, OPTIONAL, hip_result,                     \
+      (int dev, hip_graph_mem_attribute attr, void *value))
 
 #endif /* MXD_HIP_ABI_H */

@@ -1,0 +1,102 @@
+/* Compiles our own driver declarations (csrc/core/cuda_abi.h, hip_abi.h)
+ * against the real SDK headers and fails to compile on any difference: a
+ * wrong parameter type, return type or constant cannot hide.  Built by
+ * tests/test_abi.py with -DCHECK_CUDA (cuda.h) and/or -DCHECK_HIP
+ * (hip/hip_runtime_api.h). */
+#include <stddef.h>
+
+#define SAME_TYPE(a, b) __builtin_types_compatible_p(a, b)
+
+#ifdef CHECK_CUDA
+#include <cuda.h>
+
+#include "cuda_abi.h"
+
+/* Each entry point's real prototype (after cuda.h maps names such as
+ * cuStreamDestroy to cuStreamDestroy_v2) must match our declaration. */
+#define CHECK_CUDA_ENTRY(name, version, kind, ret, params)                     \
+    _Static_assert(SAME_TYPE(__typeof__(&name), ret(*) params),                \
+                   #name " differs from cuda.h");
+CUDA_ENTRY_POINTS(CHECK_CUDA_ENTRY)
+
+_Static_assert(SAME_TYPE(cu_result, CUresult), "CUresult");
+_Static_assert(SAME_TYPE(cu_device, CUdevice), "CUdevice");
+_Static_assert(SAME_TYPE(cu_deviceptr, CUdeviceptr), "CUdeviceptr");
+_Static_assert(SAME_TYPE(cu_stream, CUstream), "CUstream");
+_Static_assert(SAME_TYPE(cu_event, CUevent), "CUevent");
+_Static_assert(SAME_TYPE(cu_context, CUcontext), "CUcontext");
+_Static_assert(SAME_TYPE(cu_host_fn, CUhostFn), "CUhostFn");
+_Static_assert(SAME_TYPE(cu_stream_callback, CUstreamCallback),
+               "CUstreamCallback");
+_Static_assert(SAME_TYPE(cu_device_attribute, CUdevice_attribute),
+               "CUdevice_attribute");
+_Static_assert(SAME_TYPE(cu_graph_mem_attribute, CUgraphMem_attribute),
+               "CUgraphMem_attribute");
+#define CHECK_CONSTANT(name) _Static_assert(MXD_##name == name, #name);
+_Static_assert(MXD_CU_SUCCESS == CUDA_SUCCESS, "CUDA_SUCCESS");
+_Static_assert(MXD_CU_ERROR_NOT_READY == CUDA_ERROR_NOT_READY,
+               "CUDA_ERROR_NOT_READY");
+CHECK_CONSTANT(CU_STREAM_NON_BLOCKING)
+CHECK_CONSTANT(CU_EVENT_DISABLE_TIMING)
+CHECK_CONSTANT(CU_MEMHOSTALLOC_PORTABLE)
+CHECK_CONSTANT(CU_MEMHOSTALLOC_DEVICEMAP)
+CHECK_CONSTANT(CU_STREAM_WAIT_VALUE_EQ)
+CHECK_CONSTANT(CU_DEVICE_ATTRIBUTE_INTEGRATED)
+CHECK_CONSTANT(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+CHECK_CONSTANT(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+CHECK_CONSTANT(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)
+CHECK_CONSTANT(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)
+#undef CHECK_CONSTANT
+#endif
+
+#ifdef CHECK_HIP
+#include <hip/hip_runtime_api.h>
+
+#include "hip_abi.h"
+
+#define CHECK_HIP_ENTRY(name, kind, ret, params)                               \
+    _Static_assert(SAME_TYPE(__typeof__(&name), ret(*) params),                \
+                   #name " differs from hip_runtime_api.h");
+HIP_ENTRY_POINTS_5_2(CHECK_HIP_ENTRY)
+#if HIP_VERSION >= 50300000
+HIP_ENTRY_POINTS_5_3(CHECK_HIP_ENTRY)
+#endif
+
+_Static_assert(SAME_TYPE(hip_result, hipError_t), "hipError_t");
+_Static_assert(SAME_TYPE(hip_stream, hipStream_t), "hipStream_t");
+_Static_assert(SAME_TYPE(hip_event, hipEvent_t), "hipEvent_t");
+_Static_assert(SAME_TYPE(hip_host_fn, hipHostFn_t), "hipHostFn_t");
+_Static_assert(SAME_TYPE(hip_stream_callback, hipStreamCallback_t),
+               "hipStreamCallback_t");
+_Static_assert(SAME_TYPE(hip_device_attribute, hipDeviceAttribute_t),
+               "hipDeviceAttribute_t");
+#define CHECK_CONSTANT(ours, theirs) _Static_assert(ours == theirs, #theirs);
+CHECK_CONSTANT(MXD_HIP_SUCCESS, hipSuccess)
+CHECK_CONSTANT(MXD_HIP_ERROR_NOT_READY, hipErrorNotReady)
+CHECK_CONSTANT(MXD_HIP_STREAM_NON_BLOCKING, hipStreamNonBlocking)
+CHECK_CONSTANT(MXD_HIP_EVENT_DISABLE_TIMING, hipEventDisableTiming)
+CHECK_CONSTANT(MXD_HIP_HOST_MALLOC_PORTABLE, hipHostMallocPortable)
+CHECK_CONSTANT(MXD_HIP_HOST_MALLOC_MAPPED, hipHostMallocMapped)
+CHECK_CONSTANT(MXD_HIP_STREAM_WAIT_VALUE_EQ, hipStreamWaitValueEq)
+CHECK_CONSTANT(MXD_HIP_DEVICE_ATTRIBUTE_INTEGRATED,
+               hipDeviceAttributeIntegrated)
+#if HIP_VERSION >= 50300000
+_Static_assert(SAME_TYPE(hip_graph_mem_attribute, hipGraphMemAttributeType),
+               "hipGraphMemAttributeType");
+CHECK_CONSTANT(MXD_HIP_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
+               hipGraphMemAttrUsedMemCurrent)
+CHECK_CONSTANT(MXD_HIP_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
+               hipGraphMemAttrReservedMemCurrent)
+#endif
+#undef CHECK_CONSTANT
+_Static_assert(offsetof(hip_device_prop_r0000, gcnArchName) ==
+                   offsetof(hipDeviceProp_t, gcnArchName),
+               "hipDeviceProp_t layout up to gcnArchName");
+_Static_assert(sizeof(hipDeviceProp_t) <= HIP_DEVICE_PROP_BUFFER,
+               "room for the runtime's hipDeviceProp_t");
+#endif
+
+int main(void)
+{
+    return 0;
+}
