@@ -22,12 +22,19 @@ static PyObject *flag_tp_new(PyTypeObject *type, PyObject *args,
         return NULL;
     mxd_flag *flag;
     mxd_error err;
-    if (mxd_flag_create(((DeviceObject *)device)->device, &flag, &err) !=
-        MXD_OK)
+    mxd_status status;
+    /* Allocating pinned host memory may wait for the device, whose pending
+     * host functions may need the GIL. */
+    Py_BEGIN_ALLOW_THREADS
+        status = mxd_flag_create(((DeviceObject *)device)->device, &flag, &err);
+    Py_END_ALLOW_THREADS
+    if (status != MXD_OK)
         return binding_raise(&err);
     FlagObject *self = PyObject_New(FlagObject, type);
     if (self == NULL) {
-        mxd_flag_release(flag);
+        Py_BEGIN_ALLOW_THREADS
+            mxd_flag_release(flag);
+        Py_END_ALLOW_THREADS
         return NULL;
     }
     self->flag = flag;
