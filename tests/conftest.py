@@ -24,6 +24,14 @@ try:  # Prefer the installed package; fall back to an in-place build.
 except ImportError:  # pragma: no cover - depends on how the project was built
     sys.path.insert(0, REPO_ROOT)
 
+# tests/accelerator/ is the SPEC suite for accelerators.  Without one it
+# would only skip, so it is not collected: CI runs it against the fake
+# driver through tests/test_fake_backends.py, and scripts/gpu-check.sh runs
+# it on a real GPU.
+from max import driver as _driver  # noqa: E402
+
+collect_ignore_glob = [] if _driver.accelerator_count() else ["accelerator/*"]
+
 # How long anything that "should happen" may take before a test gives up.
 WAIT = 20.0
 # Default per-test limit when pytest-timeout is installed.

@@ -68,6 +68,11 @@ struct mxd_backend {
     mxd_status (*queue_create)(mxd_device *dev, mxd_queue **out,
                                mxd_error *err);
     void (*queue_destroy)(mxd_queue *q);
+    /* Optional.  Called when the last reference is gone: returns true when
+     * the backend keeps the queue because work is still pending, taking a
+     * reference it releases once that work completes (so that
+     * device.synchronize() still waits for it). */
+    bool (*queue_retire)(mxd_queue *q);
     uintptr_t (*queue_native)(const mxd_queue *q);
     bool (*queue_is_idle)(const mxd_queue *q);
     mxd_status (*queue_synchronize)(mxd_queue *q, const mxd_wait *wait,

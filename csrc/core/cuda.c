@@ -94,7 +94,8 @@ static void *resolve(void *lib, cu_get_proc_address_fn get_proc,
                      const char *name, int version)
 {
     void *fn = NULL;
-    if (get_proc && get_proc(name, &fn, version, 0, NULL) == MXD_CU_SUCCESS && fn)
+    if (get_proc && get_proc(name, &fn, version, 0, NULL) == MXD_CU_SUCCESS &&
+        fn)
         return fn;
     char versioned[128];
     snprintf(versioned, sizeof versioned, "%s_v2", name);
@@ -181,10 +182,11 @@ static mxd_status api_device_architecture(api_device *d, char *buf, size_t size,
                                           mxd_error *err)
 {
     int major, minor;
-    mxd_status st = check(
-        drv.cuDeviceGetAttribute(
-            &major, MXD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->device),
-        "cuDeviceGetAttribute", err);
+    mxd_status st =
+        check(drv.cuDeviceGetAttribute(
+                  &major, MXD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                  d->device),
+              "cuDeviceGetAttribute", err);
     if (st == MXD_OK)
         st = check(drv.cuDeviceGetAttribute(
                        &minor, MXD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
@@ -324,9 +326,9 @@ static mxd_status api_wait_value_eq(gpu_stream s, uintptr_t device_ptr,
 {
     if (!drv.cuStreamWaitValue64)
         return missing("cuStreamWaitValue64 (stream memory operations)", err);
-    return check(
-        drv.cuStreamWaitValue64(s, device_ptr, value, MXD_CU_STREAM_WAIT_VALUE_EQ),
-        "cuStreamWaitValue64", err);
+    return check(drv.cuStreamWaitValue64(s, device_ptr, value,
+                                         MXD_CU_STREAM_WAIT_VALUE_EQ),
+                 "cuStreamWaitValue64", err);
 }
 
 /* cuStreamAddCallback, for drivers older than cuLaunchHostFunc: the same
@@ -345,14 +347,9 @@ static void callback_adapter(cu_stream s, cu_result status, void *data)
     call.fn(call.data);
 }
 
-static mxd_status api_launch_host_fn(gpu_stream s, void (*fn)(void *),
-                                     void *data, mxd_error *err)
+static mxd_status add_callback(gpu_stream s, void (*fn)(void *), void *data,
+                               mxd_error *err)
 {
-    if (drv.cuLaunchHostFunc)
-        return check(drv.cuLaunchHostFunc(s, fn, data), "cuLaunchHostFunc",
-                     err);
-    if (!drv.cuStreamAddCallback)
-        return missing("cuLaunchHostFunc and cuStreamAddCallback", err);
     callback_call *call = malloc(sizeof *call);
     if (!call)
         return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
@@ -362,6 +359,29 @@ static mxd_status api_launch_host_fn(gpu_stream s, void (*fn)(void *),
     if (st != MXD_OK)
         free(call);
     return st;
+}
+
+/* The user's host functions: cuLaunchHostFunc, else the older callback. */
+static mxd_status api_launch_host_fn(gpu_stream s, void (*fn)(void *),
+                                     void *data, mxd_error *err)
+{
+    if (drv.cuLaunchHostFunc)
+        return check(drv.cuLaunchHostFunc(s, fn, data), "cuLaunchHostFunc",
+                     err);
+    if (!drv.cuStreamAddCallback)
+        return missing("cuLaunchHostFunc and cuStreamAddCallback", err);
+    return add_callback(s, fn, data, err);
+}
+
+/* Our own bookkeeping behind a stream's work (wakers, releases): the
+ * callback first, because the driver still calls it after an asynchronous
+ * error, where it skips cuLaunchHostFunc. */
+static mxd_status api_launch_cleanup(gpu_stream s, void (*fn)(void *),
+                                     void *data, mxd_error *err)
+{
+    if (drv.cuStreamAddCallback)
+        return add_callback(s, fn, data, err);
+    return api_launch_host_fn(s, fn, data, err);
 }
 
 #include "gpu_backend.inc"

@@ -56,9 +56,7 @@ enum {
     X(cuDeviceGetName, 2000, REQUIRED, cu_result,                              \
       (char *name, int len, cu_device dev))                                    \
     X(cuDeviceGetAttribute, 2000, REQUIRED, cu_result,                         \
-      (int *value, cu_device_attribute attrib, cu_device dev))                                 \
-    X(cuDeviceTotalMem, 3020, REQUIRED, cu_result,                             \
-      (size_t * bytes, cu_device dev))                                         \
+      (int *value, cu_device_attribute attrib, cu_device dev))                 \
     X(cuDeviceCanAccessPeer, 4000, REQUIRED, cu_result,                        \
       (int *can_access, cu_device dev, cu_device peer))                        \
     X(cuDevicePrimaryCtxRetain, 7000, REQUIRED, cu_result,                     \
@@ -68,12 +66,11 @@ enum {
     X(cuMemGetInfo, 3020, REQUIRED, cu_result,                                 \
       (size_t * free_bytes, size_t * total_bytes))                             \
     X(cuDeviceGetGraphMemAttribute, 11040, OPTIONAL, cu_result,                \
-      (cu_device dev, cu_graph_mem_attribute attr, void *value))                                  \
+      (cu_device dev, cu_graph_mem_attribute attr, void *value))               \
     X(cuStreamCreate, 2000, REQUIRED, cu_result,                               \
       (cu_stream * stream, unsigned int flags))                                \
     X(cuStreamDestroy, 4000, REQUIRED, cu_result, (cu_stream stream))          \
     X(cuStreamQuery, 2000, REQUIRED, cu_result, (cu_stream stream))            \
-    X(cuStreamSynchronize, 2000, REQUIRED, cu_result, (cu_stream stream))      \
     X(cuStreamWaitEvent, 3020, REQUIRED, cu_result,                            \
       (cu_stream stream, cu_event event, unsigned int flags))                  \
     X(cuEventCreate, 2000, REQUIRED, cu_result,                                \
@@ -82,7 +79,6 @@ enum {
     X(cuEventRecord, 2000, REQUIRED, cu_result,                                \
       (cu_event event, cu_stream stream))                                      \
     X(cuEventQuery, 2000, REQUIRED, cu_result, (cu_event event))               \
-    X(cuEventSynchronize, 2000, REQUIRED, cu_result, (cu_event event))         \
     X(cuEventElapsedTime, 12080, REQUIRED, cu_result,                          \
       (float *ms, cu_event start, cu_event end))                               \
     X(cuMemHostAlloc, 3020, REQUIRED, cu_result,                               \

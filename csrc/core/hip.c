@@ -128,7 +128,8 @@ static void api_leave(api_device *d)
 static bool api_device_integrated(api_device *d)
 {
     int value = 0;
-    return drv.hipDeviceGetAttribute(&value, MXD_HIP_DEVICE_ATTRIBUTE_INTEGRATED,
+    return drv.hipDeviceGetAttribute(&value,
+                                     MXD_HIP_DEVICE_ATTRIBUTE_INTEGRATED,
                                      d->id) == MXD_HIP_SUCCESS &&
            value != 0;
 }
@@ -164,8 +165,7 @@ static mxd_status api_device_name(api_device *d, char *buf, size_t size,
                  "hipDeviceGetName", err);
 }
 
-static uint64_t graph_memory(const api_device *d,
-                             hip_graph_mem_attribute attr)
+static uint64_t graph_memory(const api_device *d, hip_graph_mem_attribute attr)
 {
     uint64_t value = 0;
     drv.hipDeviceGetGraphMemAttribute(d->id, attr, &value);
@@ -286,7 +286,8 @@ static mxd_status api_wait_value_eq(gpu_stream s, uintptr_t device_ptr,
     if (!drv.hipStreamWaitValue64)
         return missing("hipStreamWaitValue64 (stream memory operations)", err);
     return check(drv.hipStreamWaitValue64(s, (void *)device_ptr, value,
-                                          MXD_HIP_STREAM_WAIT_VALUE_EQ, UINT64_MAX),
+                                          MXD_HIP_STREAM_WAIT_VALUE_EQ,
+                                          UINT64_MAX),
                  "hipStreamWaitValue64", err);
 }
 
@@ -306,14 +307,9 @@ static void callback_adapter(hip_stream s, hip_result status, void *data)
     call.fn(call.data);
 }
 
-static mxd_status api_launch_host_fn(gpu_stream s, void (*fn)(void *),
-                                     void *data, mxd_error *err)
+static mxd_status add_callback(gpu_stream s, void (*fn)(void *), void *data,
+                               mxd_error *err)
 {
-    if (drv.hipLaunchHostFunc)
-        return check(drv.hipLaunchHostFunc(s, fn, data), "hipLaunchHostFunc",
-                     err);
-    if (!drv.hipStreamAddCallback)
-        return missing("hipLaunchHostFunc and hipStreamAddCallback", err);
     callback_call *call = malloc(sizeof *call);
     if (!call)
         return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
@@ -324,6 +320,29 @@ static mxd_status api_launch_host_fn(gpu_stream s, void (*fn)(void *),
     if (st != MXD_OK)
         free(call);
     return st;
+}
+
+/* The user's host functions: hipLaunchHostFunc, else the older callback. */
+static mxd_status api_launch_host_fn(gpu_stream s, void (*fn)(void *),
+                                     void *data, mxd_error *err)
+{
+    if (drv.hipLaunchHostFunc)
+        return check(drv.hipLaunchHostFunc(s, fn, data), "hipLaunchHostFunc",
+                     err);
+    if (!drv.hipStreamAddCallback)
+        return missing("hipLaunchHostFunc and hipStreamAddCallback", err);
+    return add_callback(s, fn, data, err);
+}
+
+/* Our own bookkeeping behind a stream's work (wakers, releases): the
+ * callback first, because the driver still calls it after an asynchronous
+ * error, where it skips hipLaunchHostFunc. */
+static mxd_status api_launch_cleanup(gpu_stream s, void (*fn)(void *),
+                                     void *data, mxd_error *err)
+{
+    if (drv.hipStreamAddCallback)
+        return add_callback(s, fn, data, err);
+    return api_launch_host_fn(s, fn, data, err);
 }
 
 #include "gpu_backend.inc"

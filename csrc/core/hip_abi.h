@@ -96,8 +96,6 @@ enum { HIP_DEVICE_PROP_BUFFER = 8192 };
       (int *value, hip_device_attribute attrib, int dev))                      \
     X(hipGetDeviceProperties, REQUIRED, hip_result,                            \
       (struct hipDeviceProp_t * prop, int dev))                                \
-    X(hipDeviceTotalMem, REQUIRED, hip_result,                                 \
-      (size_t * bytes, hip_device dev))                                        \
     X(hipDeviceCanAccessPeer, REQUIRED, hip_result,                            \
       (int *can_access, int dev, int peer))                                    \
     X(hipMemGetInfo, REQUIRED, hip_result,                                     \
@@ -106,7 +104,6 @@ enum { HIP_DEVICE_PROP_BUFFER = 8192 };
       (hip_stream * stream, unsigned int flags))                               \
     X(hipStreamDestroy, REQUIRED, hip_result, (hip_stream stream))             \
     X(hipStreamQuery, REQUIRED, hip_result, (hip_stream stream))               \
-    X(hipStreamSynchronize, REQUIRED, hip_result, (hip_stream stream))         \
     X(hipStreamWaitEvent, REQUIRED, hip_result,                                \
       (hip_stream stream, hip_event event, unsigned int flags))                \
     X(hipEventCreateWithFlags, REQUIRED, hip_result,                           \
@@ -115,7 +112,6 @@ enum { HIP_DEVICE_PROP_BUFFER = 8192 };
     X(hipEventRecord, REQUIRED, hip_result,                                    \
       (hip_event event, hip_stream stream))                                    \
     X(hipEventQuery, REQUIRED, hip_result, (hip_event event))                  \
-    X(hipEventSynchronize, REQUIRED, hip_result, (hip_event event))            \
     X(hipEventElapsedTime, REQUIRED, hip_result,                               \
       (float *ms, hip_event start, hip_event end))                             \
     X(hipHostMalloc, REQUIRED, hip_result,                                     \

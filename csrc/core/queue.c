@@ -49,6 +49,8 @@ void mxd_queue_release(mxd_queue *q)
 {
     if (atomic_fetch_sub_explicit(&q->refs, 1, memory_order_acq_rel) != 1)
         return;
+    if (q->ops->queue_retire && q->ops->queue_retire(q))
+        return; /* kept until its pending work completes */
     unlink_queue(q->device, q);
     q->ops->queue_destroy(q);
 }

@@ -1,0 +1,388 @@
+/* The baseline of the GPU benchmarks (benchmarks/gpu.py): the raw CUDA
+ * driver calls that each max.driver operation stands for, timed in a C
+ * loop on the same stream handles (passed in from Python as
+ * queue.native_stream_handle).
+ *
+ * Built at run time by benchmarks/gpu.py into a small shared library:
+ *
+ *     cc -std=c11 -O2 -fPIC -shared -Wall -Wextra -Werror -D_GNU_SOURCE \
+ *        -I csrc/core benchmarks/raw_driver.c -o raw_driver.so -ldl
+ *
+ * No CUDA SDK is needed: the types and the list of entry points come from
+ * the project's own csrc/core/cuda_abi.h, and the entry points are
+ * resolved the way csrc/core/cuda.c resolves them (cuGetProcAddress_v2 at
+ * the declared versions, else dlsym of the _v2 / plain names), so both
+ * sides call the very same driver functions.
+ *
+ * Every raw_*_ns function returns nanoseconds per iteration, or a negative
+ * number on failure (-(CUDA error code), or -1e9 when raw_open has not
+ * succeeded); raw_last_error() then says what failed. */
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_abi.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* Blocking waits the benchmarks compare against; the project itself never
+ * calls them (its waits are interruptible). */
+#define RAW_EXTRA_ENTRY_POINTS(X)                                              \
+    X(cuStreamSynchronize, 2000, REQUIRED, cu_result, (cu_stream stream))      \
+    X(cuEventSynchronize, 2000, REQUIRED, cu_result, (cu_event event))
+
+#define DECLARE_ENTRY(name, version, kind, ret, params) ret(*name) params;
+static struct {
+    CUDA_ENTRY_POINTS(DECLARE_ENTRY)
+    RAW_EXTRA_ENTRY_POINTS(DECLARE_ENTRY)
+} drv;
+
+static cu_context context; /* the device's primary context */
+static int opened;
+static char last_error[256] = "raw_open() has not been called";
+
+#define NOT_OPEN (-1e9)
+
+/* The two constants we need, named here so that only the types and the
+ * entry-point list are taken from cuda_abi.h. */
+enum { RAW_SUCCESS = 0, RAW_EVENT_DISABLE_TIMING = 0x2 };
+
+EXPORT const char *raw_last_error(void)
+{
+    return last_error;
+}
+
+static const char *error_name(cu_result rc)
+{
+    const char *name = NULL;
+    if (drv.cuGetErrorName && drv.cuGetErrorName(rc, &name) == RAW_SUCCESS &&
+        name)
+        return name;
+    return "unnamed CUDA error";
+}
+
+/* Records a failed call; returns the value a raw_*_ns function returns. */
+static double failed(const char *call, cu_result rc)
+{
+    snprintf(last_error, sizeof last_error, "%s failed: %s (%u)", call,
+             error_name(rc), rc);
+    return -(double)rc;
+}
+
+static void *resolve(void *lib, cu_get_proc_address_fn get_proc,
+                     const char *name, int version)
+{
+    void *fn = NULL;
+    if (get_proc && get_proc(name, &fn, version, 0, NULL) == RAW_SUCCESS && fn)
+        return fn;
+    char versioned[128];
+    snprintf(versioned, sizeof versioned, "%s_v2", name);
+    fn = dlsym(lib, versioned);
+    return fn ? fn : dlsym(lib, name);
+}
+
+/* Opens the driver library at `path` (NULL: libcuda.so.1), initialises it
+ * and retains the primary context of device `ordinal`.  Returns 0, the
+ * CUDA error code of the call that failed, or -1 when the library or an
+ * entry point is missing. */
+EXPORT int raw_open(const char *path, int ordinal)
+{
+    if (!path)
+        path = "libcuda.so.1";
+    void *lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (!lib)
+        lib = dlopen(path, RTLD_NOW);
+    if (!lib) {
+        snprintf(last_error, sizeof last_error, "dlopen: %s", dlerror());
+        return -1;
+    }
+    cu_get_proc_address_fn get_proc =
+        (cu_get_proc_address_fn)(uintptr_t)dlsym(lib, "cuGetProcAddress_v2");
+#define RESOLVE(name, version, kind, ret, params)                              \
+    drv.name = (ret(*) params)(uintptr_t)resolve(lib, get_proc, #name, version);
+    CUDA_ENTRY_POINTS(RESOLVE)
+    RAW_EXTRA_ENTRY_POINTS(RESOLVE)
+#undef RESOLVE
+    const char *needed[] = {"cuInit", "cuGetErrorName", "cuDeviceGet",
+                            "cuDevicePrimaryCtxRetain"};
+    void *found[] = {(void *)(uintptr_t)drv.cuInit,
+                     (void *)(uintptr_t)drv.cuGetErrorName,
+                     (void *)(uintptr_t)drv.cuDeviceGet,
+                     (void *)(uintptr_t)drv.cuDevicePrimaryCtxRetain};
+    for (size_t i = 0; i < sizeof needed / sizeof *needed; i++) {
+        if (!found[i]) {
+            snprintf(last_error, sizeof last_error,
+                     "the driver lacks the entry point %s", needed[i]);
+            return -1;
+        }
+    }
+    cu_result rc = drv.cuInit(0);
+    if (rc != RAW_SUCCESS) {
+        failed("cuInit", rc);
+        return (int)rc;
+    }
+    cu_device device;
+    rc = drv.cuDeviceGet(&device, ordinal);
+    if (rc != RAW_SUCCESS) {
+        failed("cuDeviceGet", rc);
+        return (int)rc;
+    }
+    rc = drv.cuDevicePrimaryCtxRetain(&context, device);
+    if (rc != RAW_SUCCESS) {
+        failed("cuDevicePrimaryCtxRetain", rc);
+        return (int)rc;
+    }
+    opened = 1;
+    last_error[0] = '\0';
+    return 0;
+}
+
+/* ---- Timing -------------------------------------------------------------- */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static double per_iteration(int64_t start, long iterations)
+{
+    return (double)(now_ns() - start) /
+           (double)(iterations > 0 ? iterations : 1);
+}
+
+/* The setup and teardown of each measurement run with the primary context
+ * current (event creation needs one); the calls on streams and events in
+ * the timed loops do not depend on it. */
+static double enter(void)
+{
+    if (!opened) {
+        char why[sizeof last_error];
+        snprintf(why, sizeof why, "%s", last_error);
+        if (strncmp(why, "raw_open", 8) != 0)
+            snprintf(last_error, sizeof last_error,
+                     "raw_open() has not succeeded: %.200s", why);
+        return NOT_OPEN;
+    }
+    cu_result rc = drv.cuCtxPushCurrent(context);
+    return rc == RAW_SUCCESS ? 0 : failed("cuCtxPushCurrent", rc);
+}
+
+static void leave(void)
+{
+    cu_context popped;
+    drv.cuCtxPopCurrent(&popped);
+}
+
+#define CHECK(call, expr)                                                      \
+    do {                                                                       \
+        cu_result rc_ = (expr);                                                \
+        if (rc_ != RAW_SUCCESS) {                                              \
+            result = failed(call, rc_);                                        \
+            goto out;                                                          \
+        }                                                                      \
+    } while (0)
+
+/* A disabled-timing event recorded on `stream` and completed (stream 0:
+ * created only). */
+static cu_result ready_event(cu_event *ev, cu_stream stream)
+{
+    cu_result rc = drv.cuEventCreate(ev, RAW_EVENT_DISABLE_TIMING);
+    if (rc == RAW_SUCCESS && stream)
+        rc = drv.cuEventRecord(*ev, stream);
+    if (rc == RAW_SUCCESS && stream)
+        rc = drv.cuEventSynchronize(*ev);
+    return rc;
+}
+
+/* queue.record_event(ev): one cuEventRecord. */
+EXPORT double raw_event_record_ns(uintptr_t stream, long iterations)
+{
+    double result = enter();
+    if (result != 0)
+        return result;
+    cu_stream s = (cu_stream)stream;
+    cu_event ev = NULL;
+    CHECK("cuEventCreate", ready_event(&ev, NULL));
+    int64_t start = now_ns();
+    for (long i = 0; i < iterations; i++)
+        CHECK("cuEventRecord", drv.cuEventRecord(ev, s));
+    result = per_iteration(start, iterations);
+    CHECK("cuStreamSynchronize", drv.cuStreamSynchronize(s));
+out:
+    if (ev)
+        drv.cuEventDestroy(ev);
+    leave();
+    return result;
+}
+
+/* queue.record_event(): a new event each time, recorded, then dropped. */
+EXPORT double raw_event_create_record_destroy_ns(uintptr_t stream,
+                                                 long iterations)
+{
+    double result = enter();
+    if (result != 0)
+        return result;
+    cu_stream s = (cu_stream)stream;
+    int64_t start = now_ns();
+    for (long i = 0; i < iterations; i++) {
+        cu_event ev;
+        CHECK("cuEventCreate",
+              drv.cuEventCreate(&ev, RAW_EVENT_DISABLE_TIMING));
+        cu_result rc = drv.cuEventRecord(ev, s);
+        drv.cuEventDestroy(ev);
+        CHECK("cuEventRecord", rc);
+    }
+    result = per_iteration(start, iterations);
+    CHECK("cuStreamSynchronize", drv.cuStreamSynchronize(s));
+out:
+    leave();
+    return result;
+}
+
+/* queue.wait_for(other): mark `other` with an event, `stream` waits on it. */
+EXPORT double raw_wait_queue_ns(uintptr_t stream, uintptr_t other,
+                                long iterations)
+{
+    double result = enter();
+    if (result != 0)
+        return result;
+    cu_stream s = (cu_stream)stream, o = (cu_stream)other;
+    cu_event ev = NULL;
+    CHECK("cuEventCreate", ready_event(&ev, NULL));
+    int64_t start = now_ns();
+    for (long i = 0; i < iterations; i++) {
+        CHECK("cuEventRecord", drv.cuEventRecord(ev, o));
+        CHECK("cuStreamWaitEvent", drv.cuStreamWaitEvent(s, ev, 0));
+    }
+    result = per_iteration(start, iterations);
+    CHECK("cuStreamSynchronize", drv.cuStreamSynchronize(s));
+out:
+    if (ev)
+        drv.cuEventDestroy(ev);
+    leave();
+    return result;
+}
+
+/* queue.wait_for(event): `stream` waits on an event recorded on `other`. */
+EXPORT double raw_wait_event_ns(uintptr_t stream, uintptr_t other,
+                                long iterations)
+{
+    double result = enter();
+    if (result != 0)
+        return result;
+    cu_stream s = (cu_stream)stream;
+    cu_event ev = NULL;
+    CHECK("cuEventRecord", ready_event(&ev, (cu_stream)other));
+    int64_t start = now_ns();
+    for (long i = 0; i < iterations; i++)
+        CHECK("cuStreamWaitEvent", drv.cuStreamWaitEvent(s, ev, 0));
+    result = per_iteration(start, iterations);
+    CHECK("cuStreamSynchronize", drv.cuStreamSynchronize(s));
+out:
+    if (ev)
+        drv.cuEventDestroy(ev);
+    leave();
+    return result;
+}
+
+/* event.is_ready() (and event.synchronize() when complete): cuEventQuery
+ * of a completed event. */
+EXPORT double raw_event_query_ns(uintptr_t stream, long iterations)
+{
+    double result = enter();
+    if (result != 0)
+        return result;
+    cu_event ev = NULL;
+    CHECK("cuEventRecord", ready_event(&ev, (cu_stream)stream));
+    int64_t start = now_ns();
+    for (long i = 0; i < iterations; i++)
+        CHECK("cuEventQuery", drv.cuEventQuery(ev));
+    result = per_iteration(start, iterations);
+out:
+    if (ev)
+        drv.cuEventDestroy(ev);
+    leave();
+    return result;
+}
+
+/* event.synchronize() when complete, the blocking way: cuEventSynchronize. */
+EXPORT double raw_event_synchronize_ns(uintptr_t stream, long iterations)
+{
+    double result = enter();
+    if (result != 0)
+        return result;
+    cu_event ev = NULL;
+    CHECK("cuEventRecord", ready_event(&ev, (cu_stream)stream));
+    int64_t start = now_ns();
+    for (long i = 0; i < iterations; i++)
+        CHECK("cuEventSynchronize", drv.cuEventSynchronize(ev));
+    result = per_iteration(start, iterations);
+out:
+    if (ev)
+        drv.cuEventDestroy(ev);
+    leave();
+    return result;
+}
+
+/* queue.synchronize() when idle: cuStreamQuery of an idle stream. */
+EXPORT double raw_stream_query_ns(uintptr_t stream, long iterations)
+{
+    double result = enter();
+    if (result != 0)
+        return result;
+    cu_stream s = (cu_stream)stream;
+    CHECK("cuStreamSynchronize", drv.cuStreamSynchronize(s));
+    int64_t start = now_ns();
+    for (long i = 0; i < iterations; i++)
+        CHECK("cuStreamQuery", drv.cuStreamQuery(s));
+    result = per_iteration(start, iterations);
+out:
+    leave();
+    return result;
+}
+
+/* queue.synchronize() when idle, the blocking way: cuStreamSynchronize. */
+EXPORT double raw_stream_synchronize_ns(uintptr_t stream, long iterations)
+{
+    double result = enter();
+    if (result != 0)
+        return result;
+    cu_stream s = (cu_stream)stream;
+    int64_t start = now_ns();
+    for (long i = 0; i < iterations; i++)
+        CHECK("cuStreamSynchronize", drv.cuStreamSynchronize(s));
+    result = per_iteration(start, iterations);
+out:
+    leave();
+    return result;
+}
+
+/* flag.signal(v): a release-ordered store of a u64 (no driver call). */
+static _Atomic uint64_t slot;
+
+EXPORT double raw_host_store_ns(long iterations)
+{
+    int64_t start = now_ns();
+    for (long i = 0; i < iterations; i++)
+        atomic_store_explicit(&slot, (uint64_t)i, memory_order_release);
+    return per_iteration(start, iterations);
+}
+
+/* queue.native_stream_handle: reading a stored handle. */
+static volatile uintptr_t stored_handle;
+
+EXPORT double raw_load_ns(long iterations)
+{
+    uintptr_t sum = 0;
+    int64_t start = now_ns();
+    for (long i = 0; i < iterations; i++)
+        sum += stored_handle;
+    double result = per_iteration(start, iterations);
+    stored_handle = sum; /* keeps the loads */
+    return result;
+}

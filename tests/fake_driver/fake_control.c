@@ -1,0 +1,298 @@
+/* Configuration, call counters, fault injection and error names of the
+ * fake GPU driver: everything the two API fronts share that is not a
+ * stream, an event or host memory. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_gpu.h"
+
+/* ---- Entry point names ---------------------------------------------- */
+
+#define FAKE_NAME_CU(name, version, kind, ret, params) #name,
+#define FAKE_NAME_HIP(name, kind, ret, params) #name,
+#define FAKE_NAME_EXTRA(name) #name,
+static const char *const fake_names[FAKE_ID_COUNT] = {
+    CUDA_ENTRY_POINTS(FAKE_NAME_CU) HIP_ENTRY_POINTS(FAKE_NAME_HIP)
+        FAKE_EXTRA_ENTRY_POINTS(FAKE_NAME_EXTRA)};
+
+const char *fake_entry_name(int id)
+{
+    return id >= 0 && id < FAKE_ID_COUNT ? fake_names[id] : NULL;
+}
+
+static bool fake_ends_with(const char *s, size_t len, const char *suffix)
+{
+    size_t n = strlen(suffix);
+    return len > n && memcmp(s + len - n, suffix, n) == 0;
+}
+
+/* Maps a symbol name to its entry point id.  Versioned symbols share the
+ * bookkeeping of their base name ("cuStreamDestroy_v2" is
+ * "cuStreamDestroy", "hipGetDevicePropertiesR0000" is
+ * "hipGetDeviceProperties"), because a test cannot know which one the
+ * backend resolved. */
+static int fake_lookup(const char *name)
+{
+    static const char *const suffixes[] = {"_v2", "R0000", "R0600"};
+    if (name == NULL)
+        return -1;
+    size_t len = strlen(name);
+    for (size_t i = 0; i <= sizeof suffixes / sizeof *suffixes; i++) {
+        size_t base = len;
+        if (i > 0) {
+            if (!fake_ends_with(name, len, suffixes[i - 1]))
+                continue;
+            base = len - strlen(suffixes[i - 1]);
+        }
+        for (int id = 0; id < FAKE_ID_COUNT; id++)
+            if (strlen(fake_names[id]) == base &&
+                memcmp(fake_names[id], name, base) == 0)
+                return id;
+    }
+    return -1;
+}
+
+/* ---- Configuration -------------------------------------------------- */
+
+static fake_config fake_config_value;
+static pthread_once_t fake_once = PTHREAD_ONCE_INIT;
+
+static long long fake_env_int(const char *var, long long fallback)
+{
+    const char *text = getenv(var);
+    if (text == NULL || *text == '\0')
+        return fallback;
+    char *end;
+    long long value = strtoll(text, &end, 0);
+    if (*end != '\0' || value < 0) {
+        fprintf(stderr, "fake_gpu: ignoring %s=%s (not a number)\n", var, text);
+        return fallback;
+    }
+    return value;
+}
+
+static const char *fake_env_str(const char *var, const char *fallback)
+{
+    const char *text = getenv(var);
+    return text != NULL && *text != '\0' ? text : fallback;
+}
+
+static void fake_parse_cc(fake_config *cfg)
+{
+    const char *text = fake_env_str("FAKE_GPU_CC", "9.0");
+    if (sscanf(text, "%d.%d", &cfg->cc_major, &cfg->cc_minor) != 2) {
+        fprintf(stderr, "fake_gpu: ignoring FAKE_GPU_CC=%s\n", text);
+        cfg->cc_major = 9;
+        cfg->cc_minor = 0;
+    }
+}
+
+static void fake_arm_from_env(void);
+
+/* Reads the environment once, at the first call of any entry point, so
+ * that a test can configure the fake before the backend is imported. */
+static void fake_init(void)
+{
+    fake_config *cfg = &fake_config_value;
+    cfg->devices = (int)fake_env_int("FAKE_GPU_DEVICES", 2);
+    cfg->name_prefix = fake_env_str("FAKE_GPU_NAME", "Fake GPU");
+    fake_parse_cc(cfg);
+    cfg->gcn_arch = fake_env_str("FAKE_GPU_GCN", "gfx942");
+    cfg->total_mem =
+        (size_t)fake_env_int("FAKE_GPU_TOTAL_MEM", 80LL << 30 /* 80 GiB */);
+    cfg->integrated = (int)fake_env_int("FAKE_GPU_INTEGRATED", 0) != 0;
+    cfg->peer = (int)fake_env_int("FAKE_GPU_PEER", 1) != 0;
+    cfg->init_error = (unsigned)fake_env_int("FAKE_GPU_INIT_ERROR", 0);
+    fake_arm_from_env();
+}
+
+const fake_config *fake_cfg(void)
+{
+    pthread_once(&fake_once, fake_init);
+    return &fake_config_value;
+}
+
+bool fake_valid_device(int device)
+{
+    return device >= 0 && device < fake_cfg()->devices;
+}
+
+void fake_device_name(int device, char *name, int len)
+{
+    snprintf(name, (size_t)len, "%s %d", fake_cfg()->name_prefix, device);
+}
+
+/* ---- Call counters and faults --------------------------------------- */
+
+enum { FAKE_MAX_FAULTS = 16 };
+
+typedef struct fake_fault {
+    int remaining; /* calls until it fires; 0 = free slot */
+    unsigned code;
+} fake_fault;
+
+static atomic_int fake_calls[FAKE_ID_COUNT];
+/* Armed faults per entry point: lets fake_enter skip the lock when none. */
+static atomic_int fake_armed[FAKE_ID_COUNT];
+static fake_fault fake_faults[FAKE_ID_COUNT][FAKE_MAX_FAULTS];
+static pthread_mutex_t fake_fault_lock = PTHREAD_MUTEX_INITIALIZER;
+
+unsigned fake_enter(int id)
+{
+    pthread_once(&fake_once, fake_init);
+    atomic_fetch_add_explicit(&fake_calls[id], 1, memory_order_relaxed);
+    if (atomic_load_explicit(&fake_armed[id], memory_order_acquire) == 0)
+        return 0;
+    unsigned code = 0;
+    pthread_mutex_lock(&fake_fault_lock);
+    for (int i = 0; i < FAKE_MAX_FAULTS; i++) {
+        fake_fault *f = &fake_faults[id][i];
+        if (f->remaining == 0 || --f->remaining > 0)
+            continue;
+        if (code == 0) /* two faults due on one call: the first armed wins */
+            code = f->code;
+        atomic_fetch_sub(&fake_armed[id], 1);
+    }
+    pthread_mutex_unlock(&fake_fault_lock);
+    return code;
+}
+
+/* hipGetErrorName/String return a string, not a status: they cannot fail. */
+static bool fake_can_fail(int id)
+{
+    return id != FAKE_ID_hipGetErrorName && id != FAKE_ID_hipGetErrorString;
+}
+
+static int fake_arm(int id, int nth, int error_code)
+{
+    if (id < 0 || !fake_can_fail(id) || nth < 1 || error_code <= 0)
+        return -1;
+    int rc = -1;
+    pthread_mutex_lock(&fake_fault_lock);
+    for (int i = 0; i < FAKE_MAX_FAULTS; i++) {
+        fake_fault *f = &fake_faults[id][i];
+        if (f->remaining != 0)
+            continue;
+        f->remaining = nth;
+        f->code = (unsigned)error_code;
+        atomic_fetch_add(&fake_armed[id], 1);
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&fake_fault_lock);
+    return rc;
+}
+
+/* FAKE_GPU_FAIL="cuStreamCreate:1:2,hipEventRecord:3:1" arms faults before
+ * the first call, for faults a test needs at import time. */
+static void fake_arm_from_env(void)
+{
+    const char *text = getenv("FAKE_GPU_FAIL");
+    if (text == NULL)
+        return;
+    char *copy = strdup(text), *save = NULL;
+    for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        char name[128];
+        int nth, code;
+        if (sscanf(tok, " %127[^:]:%d:%d", name, &nth, &code) != 3 ||
+            fake_arm(fake_lookup(name), nth, code) != 0)
+            fprintf(stderr, "fake_gpu: ignoring FAKE_GPU_FAIL entry '%s'\n",
+                    tok);
+    }
+    free(copy);
+}
+
+FAKE_EXPORT int fake_gpu_fail(const char *entry_point, int nth, int error_code)
+{
+    pthread_once(&fake_once, fake_init);
+    return fake_arm(fake_lookup(entry_point), nth, error_code);
+}
+
+FAKE_EXPORT void fake_gpu_reset(void)
+{
+    pthread_once(&fake_once, fake_init);
+    pthread_mutex_lock(&fake_fault_lock);
+    memset(fake_faults, 0, sizeof fake_faults);
+    for (int id = 0; id < FAKE_ID_COUNT; id++) {
+        atomic_store(&fake_armed[id], 0);
+        atomic_store(&fake_calls[id], 0);
+    }
+    pthread_mutex_unlock(&fake_fault_lock);
+}
+
+FAKE_EXPORT int fake_gpu_calls(const char *entry_point)
+{
+    int id = fake_lookup(entry_point);
+    return id < 0 ? -1 : atomic_load(&fake_calls[id]);
+}
+
+/* ---- Error names ---------------------------------------------------- */
+
+typedef struct fake_error {
+    unsigned code;
+    const char *cu_name, *hip_name, *text;
+} fake_error;
+
+/* The real drivers' names and descriptions of every code the fake returns
+ * (and of a few that tests like to inject through FAKE_GPU_INIT_ERROR). */
+static const fake_error fake_errors[] = {
+    {0, "CUDA_SUCCESS", "hipSuccess", "no error"},
+    {1, "CUDA_ERROR_INVALID_VALUE", "hipErrorInvalidValue", "invalid argument"},
+    {2, "CUDA_ERROR_OUT_OF_MEMORY", "hipErrorOutOfMemory", "out of memory"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED", "hipErrorNotInitialized",
+     "initialization error"},
+    {4, "CUDA_ERROR_DEINITIALIZED", "hipErrorDeinitialized",
+     "driver shutting down"},
+    {34, "CUDA_ERROR_STUB_LIBRARY", NULL, "CUDA driver is a stub library"},
+    {35, NULL, "hipErrorInsufficientDriver",
+     "driver version is insufficient for runtime version"},
+    {46, "CUDA_ERROR_DEVICE_UNAVAILABLE", NULL,
+     "CUDA-capable device(s) is/are busy or unavailable"},
+    {100, "CUDA_ERROR_NO_DEVICE", "hipErrorNoDevice",
+     NULL /* per API, below */},
+    {101, "CUDA_ERROR_INVALID_DEVICE", "hipErrorInvalidDevice",
+     "invalid device ordinal"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT", "hipErrorInvalidContext",
+     "invalid device context"},
+    {400, "CUDA_ERROR_INVALID_HANDLE", "hipErrorInvalidHandle",
+     "invalid resource handle"},
+    {500, "CUDA_ERROR_NOT_FOUND", "hipErrorNotFound", "named symbol not found"},
+    {600, "CUDA_ERROR_NOT_READY", "hipErrorNotReady", "device not ready"},
+    {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "hipErrorIllegalAddress",
+     "an illegal memory access was encountered"},
+    {719, "CUDA_ERROR_LAUNCH_FAILED", "hipErrorLaunchFailure",
+     "unspecified launch failure"},
+    {801, "CUDA_ERROR_NOT_SUPPORTED", "hipErrorNotSupported",
+     "operation not supported"},
+    {999, "CUDA_ERROR_UNKNOWN", "hipErrorUnknown", "unknown error"},
+};
+
+static const fake_error *fake_find_error(unsigned code, bool hip)
+{
+    for (size_t i = 0; i < sizeof fake_errors / sizeof *fake_errors; i++) {
+        const fake_error *e = &fake_errors[i];
+        if (e->code == code && (hip ? e->hip_name : e->cu_name) != NULL)
+            return e;
+    }
+    return NULL;
+}
+
+/* NULL for a code the API does not know. */
+const char *fake_error_name(unsigned code, bool hip)
+{
+    const fake_error *e = fake_find_error(code, hip);
+    return e == NULL ? NULL : hip ? e->hip_name : e->cu_name;
+}
+
+const char *fake_error_string(unsigned code, bool hip)
+{
+    if (code == FAKE_E_NO_DEVICE)
+        return hip ? "no ROCm-capable device is detected"
+                   : "no CUDA-capable device is detected";
+    const fake_error *e = fake_find_error(code, hip);
+    return e == NULL ? NULL : e->text;
+}

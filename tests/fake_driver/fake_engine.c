@@ -1,0 +1,876 @@
+/* The engine behind both API fronts: streams run by host threads, events,
+ * mapped pinned host memory and the object-level control API.
+ *
+ * One global mutex guards all engine state and one condition variable,
+ * broadcast whenever any stream item completes, serves every waiter (host
+ * synchronize calls and cross-stream event waits).  That is slow for
+ * thousands of busy streams and fast enough for a test fake; it keeps the
+ * locking easy to check.  Each stream owns a detached thread that runs its
+ * items in FIFO order and exits once the stream is destroyed and drained,
+ * so streams run concurrently and any item may block. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake_gpu.h"
+
+static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fake_changed = PTHREAD_COND_INITIALIZER;
+
+/* Counters for fake_gpu_live and fake_gpu_threads; under fake_lock. */
+static int fake_live_streams, fake_live_events, fake_live_allocs;
+static int fake_live_threads;
+
+static uint64_t fake_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- Handle registry ------------------------------------------------
+ * An open-addressing set of live object pointers, so that a destroyed or
+ * made-up handle is reported as INVALID_HANDLE without dereferencing it. */
+
+enum { FAKE_KIND_STREAM = 0x5354524d, FAKE_KIND_EVENT = 0x45564e54 };
+#define FAKE_TOMBSTONE ((uintptr_t)1)
+
+static struct {
+    uintptr_t *slots;
+    size_t cap, used; /* used counts tombstones too */
+    size_t live;
+} fake_handles;
+
+static size_t fake_hash(uintptr_t p)
+{
+    uint64_t h = p;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return (size_t)h;
+}
+
+/* The slot holding p, or the first free one on its probe path. */
+static size_t fake_probe(uintptr_t p)
+{
+    size_t mask = fake_handles.cap - 1, i = fake_hash(p) & mask;
+    size_t reuse = SIZE_MAX;
+    for (;; i = (i + 1) & mask) {
+        uintptr_t s = fake_handles.slots[i];
+        if (s == p)
+            return i;
+        if (s == FAKE_TOMBSTONE && reuse == SIZE_MAX)
+            reuse = i;
+        if (s == 0)
+            return reuse != SIZE_MAX ? reuse : i;
+    }
+}
+
+static bool fake_registered(const void *h)
+{
+    return fake_handles.cap != 0 && h != NULL &&
+           fake_handles.slots[fake_probe((uintptr_t)h)] == (uintptr_t)h;
+}
+
+/* Rehashes into a table sized for the live handles (dropping tombstones),
+ * so that creating and destroying handles forever does not grow it. */
+static bool fake_grow(void)
+{
+    size_t cap = 64;
+    while (cap < (fake_handles.live + 1) * 4)
+        cap *= 2;
+    uintptr_t *old = fake_handles.slots;
+    size_t old_cap = fake_handles.cap;
+    fake_handles.slots = calloc(cap, sizeof *old);
+    if (fake_handles.slots == NULL) {
+        fake_handles.slots = old;
+        return false;
+    }
+    fake_handles.cap = cap;
+    fake_handles.used = 0;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i] > FAKE_TOMBSTONE) {
+            fake_handles.slots[fake_probe(old[i])] = old[i];
+            fake_handles.used++;
+        }
+    free(old);
+    return true;
+}
+
+static bool fake_register(const void *h)
+{
+    if ((fake_handles.used + 1) * 2 > fake_handles.cap && !fake_grow())
+        return false;
+    size_t i = fake_probe((uintptr_t)h);
+    if (fake_handles.slots[i] == 0)
+        fake_handles.used++;
+    fake_handles.slots[i] = (uintptr_t)h;
+    fake_handles.live++;
+    return true;
+}
+
+static void fake_unregister(const void *h)
+{
+    fake_handles.slots[fake_probe((uintptr_t)h)] = FAKE_TOMBSTONE;
+    fake_handles.live--;
+}
+
+/* ---- Objects -------------------------------------------------------- */
+
+/* One record of an event: completes when the stream reaches it.  Shared by
+ * the event (until re-recorded), the record item and any wait item taken
+ * while it was the event's record, hence the reference count. */
+typedef struct fake_mark {
+    int refs;
+    bool done;
+    unsigned error; /* the stream's sticky error when it completed */
+    uint64_t time_ns;
+} fake_mark;
+
+typedef struct fake_event {
+    int kind;
+    int device;
+    unsigned flags;
+    fake_mark *mark; /* NULL until recorded */
+} fake_event;
+
+/* Pinned host memory mapped twice: `host` for the CPU and `dev`, a
+ * different address of the same pages, standing in for the device's view. */
+typedef struct fake_alloc {
+    struct fake_alloc *next;
+    char *host, *dev;
+    size_t size, map_size;
+    int device;
+    bool mapped; /* has a device pointer (CU_MEMHOSTALLOC_DEVICEMAP) */
+    bool freed;  /* freed by the host while a wait item still polls it */
+    int refs;
+} fake_alloc;
+
+enum fake_item_type {
+    FAKE_ITEM_RECORD,
+    FAKE_ITEM_WAIT_MARK,
+    FAKE_ITEM_WAIT_VALUE,
+    FAKE_ITEM_HOST_FN,
+    FAKE_ITEM_CALLBACK,
+};
+
+typedef struct fake_item {
+    struct fake_item *next;
+    enum fake_item_type type;
+    union {
+        fake_mark *mark;
+        struct {
+            fake_alloc *alloc;
+            const uint64_t *addr;
+            uint64_t value, mask;
+            unsigned op;
+        } wait;
+        struct {
+            void (*fn)(void *);
+            void *data;
+        } host;
+        struct {
+            enum fake_callback_api api;
+            void (*fn)(void);
+            void *data;
+        } callback;
+    } u;
+} fake_item;
+
+typedef struct fake_stream {
+    int kind;
+    int device;
+    unsigned flags;
+    int refs; /* the worker thread + host threads waiting on it */
+    pthread_cond_t wake;
+    fake_item *head, *tail;
+    uint64_t submitted, completed;
+    unsigned sticky;        /* asynchronous error, reported from then on */
+    unsigned pending_fault; /* fails the next item (fake_gpu_async_error) */
+    bool destroyed;         /* by the user; the worker drains, then frees */
+} fake_stream;
+
+static fake_alloc *fake_allocs;
+static size_t *fake_allocated; /* bytes per device */
+
+static fake_stream *fake_find_stream(void *h)
+{
+    return fake_registered(h) && ((fake_stream *)h)->kind == FAKE_KIND_STREAM
+               ? h
+               : NULL;
+}
+
+static fake_event *fake_find_event(void *h)
+{
+    return fake_registered(h) && ((fake_event *)h)->kind == FAKE_KIND_EVENT
+               ? h
+               : NULL;
+}
+
+static void fake_mark_unref(fake_mark *m)
+{
+    if (m != NULL && --m->refs == 0)
+        free(m);
+}
+
+static void fake_alloc_unref(fake_alloc *a)
+{
+    if (--a->refs > 0)
+        return;
+    munmap(a->host, a->map_size);
+    munmap(a->dev, a->map_size);
+    free(a);
+}
+
+static void fake_stream_unref(fake_stream *s)
+{
+    if (--s->refs > 0)
+        return;
+    pthread_cond_destroy(&s->wake);
+    free(s);
+}
+
+static void fake_item_free(fake_item *it)
+{
+    if (it->type == FAKE_ITEM_RECORD || it->type == FAKE_ITEM_WAIT_MARK)
+        fake_mark_unref(it->u.mark);
+    else if (it->type == FAKE_ITEM_WAIT_VALUE)
+        fake_alloc_unref(it->u.wait.alloc);
+    free(it);
+}
+
+/* ---- Running items (worker thread, fake_lock held) ------------------ */
+
+static bool fake_compare(uint64_t current, uint64_t value, unsigned op,
+                         uint64_t mask)
+{
+    current &= mask;
+    switch (op) {
+    case 0: return (int64_t)(current - value) >= 0; /* GEQ, wrap-safe */
+    case 1: return current == value;
+    case 2: return (current & value) != 0;
+    default: return ~(current | value) != 0; /* NOR */
+    }
+}
+
+/* Polls the mapped word: host stores do not notify the device, so the
+ * fake looks again every 20 µs, backing off to 1 ms while nothing moves. */
+static void fake_poll_value(fake_stream *s, fake_item *it)
+{
+    long delay_us = 20;
+    for (;;) {
+        if (it->u.wait.alloc->freed) {
+            /* The host freed memory the device was reading. */
+            s->sticky = FAKE_E_ILLEGAL_ADDRESS;
+            return;
+        }
+        uint64_t v = __atomic_load_n(it->u.wait.addr, __ATOMIC_ACQUIRE);
+        if (fake_compare(v, it->u.wait.value, it->u.wait.op, it->u.wait.mask))
+            return;
+        pthread_mutex_unlock(&fake_lock);
+        struct timespec ts = {0, delay_us * 1000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&fake_lock);
+        delay_us = delay_us * 2 > 1000 ? 1000 : delay_us * 2;
+    }
+}
+
+static void fake_call_back(fake_stream *s, fake_item *it, unsigned status)
+{
+    void *data = it->u.callback.data;
+    if (it->u.callback.api == FAKE_CB_CUDA)
+        ((cu_stream_callback)it->u.callback.fn)((cu_stream)s, status, data);
+    else
+        ((hip_stream_callback)it->u.callback.fn)((hip_stream)s, status, data);
+}
+
+/* After an asynchronous error a stream does no more work, as a CUDA
+ * context does after a kernel fault: records complete carrying the error,
+ * waits do not wait, host functions are skipped (cuLaunchHostFunc: "will
+ * not be called in the event of an error in the CUDA context") and stream
+ * callbacks run with the error as their status. */
+static void fake_run(fake_stream *s, fake_item *it)
+{
+    if (s->pending_fault != 0) {
+        s->sticky = s->pending_fault;
+        s->pending_fault = 0;
+    }
+    unsigned err = s->sticky;
+    switch (it->type) {
+    case FAKE_ITEM_RECORD:
+        it->u.mark->done = true;
+        it->u.mark->error = err;
+        it->u.mark->time_ns = fake_now_ns();
+        break;
+    case FAKE_ITEM_WAIT_MARK:
+        while (err == 0 && !it->u.mark->done)
+            pthread_cond_wait(&fake_changed, &fake_lock);
+        break;
+    case FAKE_ITEM_WAIT_VALUE:
+        if (err == 0)
+            fake_poll_value(s, it);
+        break;
+    case FAKE_ITEM_HOST_FN:
+        if (err == 0) {
+            pthread_mutex_unlock(&fake_lock);
+            it->u.host.fn(it->u.host.data);
+            pthread_mutex_lock(&fake_lock);
+        }
+        break;
+    case FAKE_ITEM_CALLBACK:
+        pthread_mutex_unlock(&fake_lock);
+        fake_call_back(s, it, err);
+        pthread_mutex_lock(&fake_lock);
+        break;
+    }
+}
+
+static void *fake_worker(void *arg)
+{
+    fake_stream *s = arg;
+    pthread_mutex_lock(&fake_lock);
+    for (;;) {
+        while (s->head == NULL && !s->destroyed)
+            pthread_cond_wait(&s->wake, &fake_lock);
+        fake_item *it = s->head;
+        if (it == NULL)
+            break; /* destroyed and drained */
+        s->head = it->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        fake_run(s, it);
+        fake_item_free(it);
+        s->completed++;
+        pthread_cond_broadcast(&fake_changed);
+    }
+    fake_live_threads--;
+    fake_stream_unref(s);
+    pthread_mutex_unlock(&fake_lock);
+    return NULL;
+}
+
+/* ---- Streams -------------------------------------------------------- */
+
+/* Starts the worker with every signal blocked, so that signals keep going
+ * to the application's threads (Python handles them on its main thread). */
+static bool fake_start_worker(fake_stream *s)
+{
+    pthread_attr_t attr;
+    pthread_t thread;
+    sigset_t all, old;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&thread, &attr, fake_worker, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    return rc == 0;
+}
+
+unsigned fake_stream_create(int device, unsigned flags, void **out)
+{
+    if (out == NULL)
+        return FAKE_E_INVALID_VALUE;
+    fake_stream *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return FAKE_E_OUT_OF_MEMORY;
+    s->kind = FAKE_KIND_STREAM;
+    s->device = device;
+    s->flags = flags;
+    s->refs = 1; /* the worker's */
+    pthread_cond_init(&s->wake, NULL);
+    pthread_mutex_lock(&fake_lock);
+    if (!fake_register(s) || !fake_start_worker(s)) {
+        if (fake_registered(s))
+            fake_unregister(s);
+        pthread_mutex_unlock(&fake_lock);
+        pthread_cond_destroy(&s->wake);
+        free(s);
+        return FAKE_E_OUT_OF_MEMORY;
+    }
+    fake_live_threads++;
+    fake_live_streams++;
+    pthread_mutex_unlock(&fake_lock);
+    *out = s;
+    return FAKE_E_OK;
+}
+
+/* As CUDA documents: work still pending completes, then the resources go. */
+unsigned fake_stream_destroy(void *h)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_stream *s = fake_find_stream(h);
+    if (s != NULL) {
+        fake_unregister(s);
+        fake_live_streams--;
+        s->destroyed = true;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&fake_lock);
+    return s != NULL ? FAKE_E_OK : FAKE_E_INVALID_HANDLE;
+}
+
+unsigned fake_stream_query(void *h)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_stream *s = fake_find_stream(h);
+    unsigned rc = s == NULL                      ? FAKE_E_INVALID_HANDLE
+                  : s->sticky != 0               ? s->sticky
+                  : s->completed == s->submitted ? FAKE_E_OK
+                                                 : FAKE_E_NOT_READY;
+    pthread_mutex_unlock(&fake_lock);
+    return rc;
+}
+
+unsigned fake_stream_synchronize(void *h)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_stream *s = fake_find_stream(h);
+    if (s == NULL) {
+        pthread_mutex_unlock(&fake_lock);
+        return FAKE_E_INVALID_HANDLE;
+    }
+    uint64_t target = s->submitted; /* work enqueued before this call */
+    s->refs++; /* the stream may be destroyed and drained meanwhile */
+    while (s->completed < target)
+        pthread_cond_wait(&fake_changed, &fake_lock);
+    unsigned rc = s->sticky;
+    fake_stream_unref(s);
+    pthread_mutex_unlock(&fake_lock);
+    return rc;
+}
+
+/* Appends an item; fake_lock held, s valid. */
+static void fake_enqueue(fake_stream *s, fake_item *it)
+{
+    it->next = NULL;
+    if (s->tail != NULL)
+        s->tail->next = it;
+    else
+        s->head = it;
+    s->tail = it;
+    s->submitted++;
+    pthread_cond_signal(&s->wake);
+}
+
+/* Finds the stream and allocates an item for it, or fails with fake_lock
+ * released.  On success fake_lock is held. */
+static unsigned fake_begin_item(void *h, fake_stream **s, fake_item **it)
+{
+    *it = calloc(1, sizeof **it);
+    if (*it == NULL)
+        return FAKE_E_OUT_OF_MEMORY;
+    pthread_mutex_lock(&fake_lock);
+    *s = fake_find_stream(h);
+    if (*s == NULL) {
+        pthread_mutex_unlock(&fake_lock);
+        free(*it);
+        return FAKE_E_INVALID_HANDLE;
+    }
+    return FAKE_E_OK;
+}
+
+unsigned fake_stream_host_fn(void *h, void (*fn)(void *), void *data)
+{
+    if (fn == NULL)
+        return FAKE_E_INVALID_VALUE;
+    fake_stream *s;
+    fake_item *it;
+    unsigned rc = fake_begin_item(h, &s, &it);
+    if (rc != FAKE_E_OK)
+        return rc;
+    it->type = FAKE_ITEM_HOST_FN;
+    it->u.host.fn = fn;
+    it->u.host.data = data;
+    fake_enqueue(s, it);
+    pthread_mutex_unlock(&fake_lock);
+    return FAKE_E_OK;
+}
+
+unsigned fake_stream_callback(void *h, enum fake_callback_api api,
+                              void (*callback)(void), void *data)
+{
+    if (callback == NULL)
+        return FAKE_E_INVALID_VALUE;
+    fake_stream *s;
+    fake_item *it;
+    unsigned rc = fake_begin_item(h, &s, &it);
+    if (rc != FAKE_E_OK)
+        return rc;
+    it->type = FAKE_ITEM_CALLBACK;
+    it->u.callback.api = api;
+    it->u.callback.fn = callback;
+    it->u.callback.data = data;
+    fake_enqueue(s, it);
+    pthread_mutex_unlock(&fake_lock);
+    return FAKE_E_OK;
+}
+
+/* The live mapped allocation whose device view holds [addr, addr + 8). */
+static fake_alloc *fake_find_device_word(uintptr_t addr)
+{
+    for (fake_alloc *a = fake_allocs; a != NULL; a = a->next) {
+        uintptr_t base = (uintptr_t)a->dev;
+        if (a->mapped && addr >= base && addr - base + 8 <= a->size)
+            return a;
+    }
+    return NULL;
+}
+
+/* Only a device address is accepted: the host address of the same memory
+ * (or any other) is INVALID_VALUE, as a real driver without unified
+ * addressing of that memory reports. */
+unsigned fake_stream_wait_value(void *h, uintptr_t device_addr, uint64_t value,
+                                unsigned op, uint64_t mask)
+{
+    if (op > 3 || device_addr % 8 != 0)
+        return FAKE_E_INVALID_VALUE;
+    fake_stream *s;
+    fake_item *it;
+    unsigned rc = fake_begin_item(h, &s, &it);
+    if (rc != FAKE_E_OK)
+        return rc;
+    fake_alloc *a = fake_find_device_word(device_addr);
+    if (a == NULL) {
+        pthread_mutex_unlock(&fake_lock);
+        free(it);
+        return FAKE_E_INVALID_VALUE;
+    }
+    a->refs++;
+    it->type = FAKE_ITEM_WAIT_VALUE;
+    it->u.wait.alloc = a;
+    it->u.wait.addr = (const uint64_t *)device_addr;
+    it->u.wait.value = value;
+    it->u.wait.mask = mask;
+    it->u.wait.op = op;
+    fake_enqueue(s, it);
+    pthread_mutex_unlock(&fake_lock);
+    return FAKE_E_OK;
+}
+
+/* Waits for the record in effect now; a later re-record changes nothing
+ * for this wait, and an unrecorded event is no wait at all. */
+unsigned fake_stream_wait_event(void *sh, void *eh)
+{
+    fake_stream *s;
+    fake_item *it;
+    unsigned rc = fake_begin_item(sh, &s, &it);
+    if (rc != FAKE_E_OK)
+        return rc;
+    fake_event *e = fake_find_event(eh);
+    if (e == NULL || e->mark == NULL) {
+        pthread_mutex_unlock(&fake_lock);
+        free(it);
+        return e == NULL ? FAKE_E_INVALID_HANDLE : FAKE_E_OK;
+    }
+    e->mark->refs++;
+    it->type = FAKE_ITEM_WAIT_MARK;
+    it->u.mark = e->mark;
+    fake_enqueue(s, it);
+    pthread_mutex_unlock(&fake_lock);
+    return FAKE_E_OK;
+}
+
+/* ---- Events --------------------------------------------------------- */
+
+unsigned fake_event_create(int device, unsigned flags, void **out)
+{
+    if (out == NULL)
+        return FAKE_E_INVALID_VALUE;
+    fake_event *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return FAKE_E_OUT_OF_MEMORY;
+    e->kind = FAKE_KIND_EVENT;
+    e->device = device;
+    e->flags = flags;
+    pthread_mutex_lock(&fake_lock);
+    bool ok = fake_register(e);
+    fake_live_events += ok;
+    pthread_mutex_unlock(&fake_lock);
+    if (!ok) {
+        free(e);
+        return FAKE_E_OUT_OF_MEMORY;
+    }
+    *out = e;
+    return FAKE_E_OK;
+}
+
+/* A pending record still completes (the record item holds the mark). */
+unsigned fake_event_destroy(void *h)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_event *e = fake_find_event(h);
+    if (e != NULL) {
+        fake_unregister(e);
+        fake_live_events--;
+        fake_mark_unref(e->mark);
+        free(e);
+    }
+    pthread_mutex_unlock(&fake_lock);
+    return e != NULL ? FAKE_E_OK : FAKE_E_INVALID_HANDLE;
+}
+
+unsigned fake_event_record(void *eh, void *sh)
+{
+    fake_stream *s;
+    fake_item *it;
+    fake_mark *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return FAKE_E_OUT_OF_MEMORY;
+    unsigned rc = fake_begin_item(sh, &s, &it);
+    if (rc != FAKE_E_OK) {
+        free(m);
+        return rc;
+    }
+    fake_event *e = fake_find_event(eh);
+    if (e == NULL || e->device != s->device) {
+        /* CUDA: event and stream must belong to the same context. */
+        pthread_mutex_unlock(&fake_lock);
+        free(it);
+        free(m);
+        return FAKE_E_INVALID_HANDLE;
+    }
+    m->refs = 2; /* the event's and the record item's */
+    fake_mark_unref(e->mark);
+    e->mark = m;
+    it->type = FAKE_ITEM_RECORD;
+    it->u.mark = m;
+    fake_enqueue(s, it);
+    pthread_mutex_unlock(&fake_lock);
+    return FAKE_E_OK;
+}
+
+unsigned fake_event_query(void *h)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_event *e = fake_find_event(h);
+    unsigned rc = e == NULL         ? FAKE_E_INVALID_HANDLE
+                  : e->mark == NULL ? FAKE_E_OK
+                  : e->mark->done   ? e->mark->error
+                                    : FAKE_E_NOT_READY;
+    pthread_mutex_unlock(&fake_lock);
+    return rc;
+}
+
+unsigned fake_event_synchronize(void *h)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_event *e = fake_find_event(h);
+    if (e == NULL || e->mark == NULL) {
+        pthread_mutex_unlock(&fake_lock);
+        return e == NULL ? FAKE_E_INVALID_HANDLE : FAKE_E_OK;
+    }
+    fake_mark *m = e->mark; /* the event may be destroyed meanwhile */
+    m->refs++;
+    while (!m->done)
+        pthread_cond_wait(&fake_changed, &fake_lock);
+    unsigned rc = m->error;
+    fake_mark_unref(m);
+    pthread_mutex_unlock(&fake_lock);
+    return rc;
+}
+
+static unsigned fake_timing_mark(fake_event *e, fake_mark **m)
+{
+    if (e == NULL || e->mark == NULL ||
+        (e->flags & FAKE_EVENT_DISABLE_TIMING) != 0)
+        return FAKE_E_INVALID_HANDLE;
+    *m = e->mark;
+    return !e->mark->done ? FAKE_E_NOT_READY : e->mark->error;
+}
+
+unsigned fake_event_elapsed(float *ms, void *start, void *end)
+{
+    if (ms == NULL)
+        return FAKE_E_INVALID_VALUE;
+    fake_mark *a = NULL, *b = NULL;
+    pthread_mutex_lock(&fake_lock);
+    unsigned rc = fake_timing_mark(fake_find_event(start), &a);
+    unsigned rc_end = fake_timing_mark(fake_find_event(end), &b);
+    /* A bad handle outranks "not ready", which outranks a stream error. */
+    if (rc == FAKE_E_OK || rc_end == FAKE_E_INVALID_HANDLE ||
+        (rc_end == FAKE_E_NOT_READY && rc != FAKE_E_INVALID_HANDLE))
+        rc = rc_end;
+    if (rc == FAKE_E_OK)
+        *ms = (float)((double)((int64_t)(b->time_ns - a->time_ns)) / 1e6);
+    pthread_mutex_unlock(&fake_lock);
+    return rc;
+}
+
+/* ---- Pinned host memory --------------------------------------------- */
+
+size_t fake_free_mem(int device)
+{
+    size_t total = fake_cfg()->total_mem, used;
+    pthread_mutex_lock(&fake_lock);
+    used = fake_allocated != NULL ? fake_allocated[device] : 0;
+    pthread_mutex_unlock(&fake_lock);
+    return used < total ? total - used : 0;
+}
+
+/* Charges `bytes` to the device, or fails when it does not fit. */
+static bool fake_charge(int device, size_t bytes)
+{
+    bool ok = true;
+    pthread_mutex_lock(&fake_lock);
+    if (fake_allocated == NULL)
+        fake_allocated =
+            calloc((size_t)fake_cfg()->devices + 1, sizeof *fake_allocated);
+    if (fake_allocated == NULL ||
+        bytes > fake_cfg()->total_mem - fake_allocated[device])
+        ok = false;
+    else
+        fake_allocated[device] += bytes;
+    pthread_mutex_unlock(&fake_lock);
+    return ok;
+}
+
+/* Maps one memfd twice so that the "device" address differs from the host
+ * one yet aliases it: a backend that hands the host address to a device
+ * call is caught, and a store through either view shows in the other. */
+static bool fake_map_twice(fake_alloc *a)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    a->map_size = (a->size + (size_t)page - 1) / (size_t)page * (size_t)page;
+    int fd = memfd_create("fake_gpu_pinned", MFD_CLOEXEC);
+    if (fd < 0)
+        return false;
+    bool ok = ftruncate(fd, (off_t)a->map_size) == 0;
+    a->host = a->dev = MAP_FAILED;
+    if (ok)
+        a->host =
+            mmap(NULL, a->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (ok && a->host != MAP_FAILED)
+        a->dev =
+            mmap(NULL, a->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (a->dev != MAP_FAILED)
+        return true;
+    if (a->host != MAP_FAILED)
+        munmap(a->host, a->map_size);
+    return false;
+}
+
+unsigned fake_host_alloc(int device, size_t bytes, bool mapped, void **host)
+{
+    if (host == NULL || bytes == 0)
+        return FAKE_E_INVALID_VALUE;
+    if (!fake_charge(device, bytes))
+        return FAKE_E_OUT_OF_MEMORY;
+    fake_alloc *a = calloc(1, sizeof *a);
+    if (a != NULL) {
+        a->size = bytes;
+        a->device = device;
+        a->mapped = mapped;
+        a->refs = 1;
+    }
+    pthread_mutex_lock(&fake_lock);
+    if (a == NULL || !fake_map_twice(a)) {
+        fake_allocated[device] -= bytes;
+        pthread_mutex_unlock(&fake_lock);
+        free(a);
+        return FAKE_E_OUT_OF_MEMORY;
+    }
+    a->next = fake_allocs;
+    fake_allocs = a;
+    fake_live_allocs++;
+    pthread_mutex_unlock(&fake_lock);
+    *host = a->host;
+    return FAKE_E_OK;
+}
+
+unsigned fake_host_device_pointer(void *host, void **device)
+{
+    if (device == NULL)
+        return FAKE_E_INVALID_VALUE;
+    unsigned rc = FAKE_E_INVALID_VALUE;
+    pthread_mutex_lock(&fake_lock);
+    for (fake_alloc *a = fake_allocs; a != NULL; a = a->next) {
+        size_t offset = (size_t)((uintptr_t)host - (uintptr_t)a->host);
+        if ((uintptr_t)host >= (uintptr_t)a->host && offset < a->size) {
+            if (a->mapped) {
+                *device = a->dev + offset;
+                rc = FAKE_E_OK;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&fake_lock);
+    return rc;
+}
+
+/* A wait item still polling the memory keeps the pages mapped and fails
+ * its stream with ILLEGAL_ADDRESS instead of reading freed memory. */
+unsigned fake_host_free(void *host)
+{
+    unsigned rc = FAKE_E_INVALID_VALUE;
+    pthread_mutex_lock(&fake_lock);
+    for (fake_alloc **p = &fake_allocs; *p != NULL; p = &(*p)->next) {
+        fake_alloc *a = *p;
+        if (a->host != host)
+            continue;
+        *p = a->next;
+        a->freed = true;
+        fake_allocated[a->device] -= a->size;
+        fake_live_allocs--;
+        fake_alloc_unref(a);
+        rc = FAKE_E_OK;
+        break;
+    }
+    pthread_mutex_unlock(&fake_lock);
+    return rc;
+}
+
+/* ---- Control API (objects) ------------------------------------------ */
+
+FAKE_EXPORT int fake_gpu_live(const char *kind)
+{
+    if (kind == NULL)
+        return -1;
+    if (strcmp(kind, "context_push") == 0)
+        return fake_cuda_push_depth();
+    int n = -1;
+    pthread_mutex_lock(&fake_lock);
+    if (strcmp(kind, "stream") == 0)
+        n = fake_live_streams;
+    else if (strcmp(kind, "event") == 0)
+        n = fake_live_events;
+    else if (strcmp(kind, "host_alloc") == 0)
+        n = fake_live_allocs;
+    else if (strcmp(kind, "thread") == 0)
+        n = fake_live_threads;
+    pthread_mutex_unlock(&fake_lock);
+    return n;
+}
+
+FAKE_EXPORT int fake_gpu_async_error(void *stream, int error_code)
+{
+    if (error_code <= 0)
+        return -1;
+    pthread_mutex_lock(&fake_lock);
+    fake_stream *s = fake_find_stream(stream);
+    if (s != NULL)
+        s->pending_fault = (unsigned)error_code;
+    pthread_mutex_unlock(&fake_lock);
+    return s != NULL ? 0 : -1;
+}
+
+FAKE_EXPORT unsigned fake_gpu_stream_flags(void *stream)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_stream *s = fake_find_stream(stream);
+    unsigned flags = s != NULL ? s->flags : ~0u;
+    pthread_mutex_unlock(&fake_lock);
+    return flags;
+}
+
+FAKE_EXPORT int fake_gpu_threads(void)
+{
+    return fake_gpu_live("thread");
+}

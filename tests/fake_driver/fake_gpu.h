@@ -1,0 +1,184 @@
+/* Internal interface of the fake GPU driver (test code only, never ships).
+ *
+ * One shared library exports both the CUDA driver API entry points
+ * (fake_cuda.c) and the HIP runtime ones (fake_hip.c) that the project's
+ * backends use.  Both are thin front ends over one engine (fake_engine.c):
+ * devices, streams run by host threads, events, mapped pinned host memory,
+ * fault injection and the control API the tests call through ctypes.  The
+ * CUDA and HIP error codes the engine returns coincide numerically, so the
+ * engine speaks one set of codes (FAKE_E_*) and the fronts pass them on. */
+#ifndef FAKE_GPU_H
+#define FAKE_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda_abi.h"
+#include "hip_abi.h"
+
+/* Error codes shared by both APIs (cudaError_enum and hipError_t agree on
+ * every value the fake returns). */
+enum {
+    FAKE_E_OK = 0,
+    FAKE_E_INVALID_VALUE = 1,
+    FAKE_E_OUT_OF_MEMORY = 2,
+    FAKE_E_NOT_INITIALIZED = 3,
+    FAKE_E_NO_DEVICE = 100,
+    FAKE_E_INVALID_DEVICE = 101,
+    FAKE_E_INVALID_CONTEXT = 201,
+    FAKE_E_INVALID_HANDLE = 400,
+    FAKE_E_NOT_FOUND = 500,
+    FAKE_E_NOT_READY = 600,
+    FAKE_E_ILLEGAL_ADDRESS = 700,
+    FAKE_E_LAUNCH_FAILED = 719,
+    FAKE_E_UNKNOWN = 999,
+};
+
+/* The API constants the fake checks.  Our own copies, because the
+ * project's headers prefix theirs and may rename them; the values are the
+ * drivers' and never change. */
+enum {
+    FAKE_STREAM_NON_BLOCKING = 0x1,  /* CU_ / hipStreamNonBlocking */
+    FAKE_EVENT_DISABLE_TIMING = 0x2, /* CU_ / hipEventDisableTiming */
+    FAKE_CU_MEMHOSTALLOC_DEVICEMAP = 0x2,
+    FAKE_CU_ATTR_INTEGRATED = 18,
+    FAKE_CU_ATTR_CC_MAJOR = 75,
+    FAKE_CU_ATTR_CC_MINOR = 76,
+    FAKE_HIP_ATTR_INTEGRATED = 16, /* hipDeviceAttributeIntegrated */
+};
+
+/* ---- Entry point identities ----------------------------------------- */
+
+/* Entry points outside the project's X-macro lists that the fake exports
+ * too.  (Versioned symbols such as cuStreamDestroy_v2 and
+ * hipGetDevicePropertiesR0000 share their base name's bookkeeping.) */
+/* Entry points the fake exports beyond the project's lists: the v1 proc
+ * lookup, and calls the project does not use but the self-test drives
+ * streams and events with. */
+#define FAKE_EXTRA_ENTRY_POINTS(X)                                             \
+    X(cuGetProcAddress)                                                        \
+    X(cuDeviceTotalMem)                                                        \
+    X(cuStreamSynchronize)                                                     \
+    X(cuEventSynchronize)                                                      \
+    X(hipDeviceTotalMem)                                                       \
+    X(hipStreamSynchronize)                                                    \
+    X(hipEventSynchronize)
+
+#define FAKE_ID_CU(name, version, kind, ret, params) FAKE_ID_##name,
+#define FAKE_ID_HIP(name, kind, ret, params) FAKE_ID_##name,
+#define FAKE_ID_EXTRA(name) FAKE_ID_##name,
+enum {
+    CUDA_ENTRY_POINTS(FAKE_ID_CU) HIP_ENTRY_POINTS(FAKE_ID_HIP)
+        FAKE_EXTRA_ENTRY_POINTS(FAKE_ID_EXTRA) FAKE_ID_COUNT
+};
+#undef FAKE_ID_CU
+#undef FAKE_ID_HIP
+#undef FAKE_ID_EXTRA
+
+/* ---- Compile-time omission ------------------------------------------
+ * -DFAKE_OMIT_<name> simulates an older driver that lacks <name>.  The
+ * preprocessor cannot test #ifdef inside an X-macro, so FAKE_PICK uses the
+ * Linux kernel's IS_ENABLED trick: when FAKE_OMIT_<name> is defined as 1
+ * the placeholder turns into "0," and shifts the choice to `if_omitted`.
+ * The omitted function is still compiled, but with hidden visibility, so it
+ * is absent from the dynamic symbol table (dlsym fails) and the
+ * cuGetProcAddress table holds NULL for it. */
+#define FAKE_PLACEHOLDER_1 0,
+#define FAKE_PICK(name, if_omitted, if_present)                                \
+    FAKE_PICK_0(FAKE_OMIT_##name, if_omitted, if_present)
+/* One more level, so that FAKE_OMIT_<name> is expanded before pasting. */
+#define FAKE_PICK_0(value, a, b) FAKE_PICK_1(value, a, b)
+#define FAKE_PICK_1(value, a, b) FAKE_PICK_2(FAKE_PLACEHOLDER_##value, a, b)
+#define FAKE_PICK_2(arg_or_junk, a, b) FAKE_PICK_3(arg_or_junk a, b, )
+#define FAKE_PICK_3(ignored, chosen, ...) chosen
+#define FAKE_OMITTED(name) FAKE_PICK(name, 1, 0)
+#define FAKE_VISIBILITY(name)                                                  \
+    __attribute__((visibility(FAKE_PICK(name, "hidden", "default"))))
+/* Exports `alias` (a versioned symbol such as cuStreamDestroy_v2) as the
+ * same code as `name`, omitted together with it. */
+#define FAKE_ALIAS(name, versioned, ret, params)                               \
+    FAKE_VISIBILITY(name) ret versioned params __attribute__((alias(#name)))
+
+#define FAKE_EXPORT __attribute__((visibility("default")))
+
+#pragma GCC visibility push(hidden)
+
+/* Counts the call, then fires an armed fault: returns its error code, which
+ * the entry point returns at once, or 0 to go on. */
+unsigned fake_enter(int id);
+
+/* Name of an entry point id ("cuStreamDestroy"), or NULL. */
+const char *fake_entry_name(int id);
+
+/* ---- Configuration (read from the environment once) ----------------- */
+
+typedef struct fake_config {
+    int devices;
+    const char *name_prefix;
+    int cc_major, cc_minor;
+    const char *gcn_arch;
+    size_t total_mem;
+    int integrated;
+    int peer;
+    unsigned init_error;
+} fake_config;
+
+const fake_config *fake_cfg(void);
+bool fake_valid_device(int device);
+/* Writes "<prefix> <device>" into name[len] (truncated, NUL-terminated). */
+void fake_device_name(int device, char *name, int len);
+size_t fake_free_mem(int device);
+
+/* The API's name and description of an error code, or NULL if unknown. */
+const char *fake_error_name(unsigned code, bool hip);
+const char *fake_error_string(unsigned code, bool hip);
+
+/* ---- Streams, events and host memory --------------------------------
+ * Handles are the engine's object pointers; every call validates them
+ * against a registry, so a stale or foreign handle gives INVALID_HANDLE
+ * instead of a crash. */
+
+enum fake_callback_api { FAKE_CB_CUDA, FAKE_CB_HIP };
+
+unsigned fake_stream_create(int device, unsigned flags, void **out);
+unsigned fake_stream_destroy(void *stream);
+unsigned fake_stream_query(void *stream);
+unsigned fake_stream_synchronize(void *stream);
+unsigned fake_stream_wait_event(void *stream, void *event);
+/* Enqueues a wait until (*addr & mask) compares to value by `op`
+ * (0 GEQ, 1 EQ, 2 AND, 3 NOR: the CUDA and HIP encodings agree). */
+unsigned fake_stream_wait_value(void *stream, uintptr_t device_addr,
+                                uint64_t value, unsigned op, uint64_t mask);
+unsigned fake_stream_host_fn(void *stream, void (*fn)(void *), void *data);
+unsigned fake_stream_callback(void *stream, enum fake_callback_api api,
+                              void (*callback)(void), void *data);
+
+unsigned fake_event_create(int device, unsigned flags, void **out);
+unsigned fake_event_destroy(void *event);
+unsigned fake_event_record(void *event, void *stream);
+unsigned fake_event_query(void *event);
+unsigned fake_event_synchronize(void *event);
+unsigned fake_event_elapsed(float *ms, void *start, void *end);
+
+unsigned fake_host_alloc(int device, size_t bytes, bool mapped, void **host);
+unsigned fake_host_device_pointer(void *host, void **device);
+unsigned fake_host_free(void *host);
+
+#pragma GCC visibility pop
+
+/* ---- Control API (exported; called by tests through ctypes) --------- */
+
+FAKE_EXPORT int fake_gpu_fail(const char *entry_point, int nth, int error_code);
+FAKE_EXPORT void fake_gpu_reset(void);
+FAKE_EXPORT int fake_gpu_calls(const char *entry_point);
+FAKE_EXPORT int fake_gpu_live(const char *kind);
+FAKE_EXPORT int fake_gpu_async_error(void *stream, int error_code);
+FAKE_EXPORT unsigned fake_gpu_stream_flags(void *stream);
+FAKE_EXPORT int fake_gpu_threads(void);
+
+/* The calling thread's CUDA context stack depth (fake_cuda.c), reported by
+ * fake_gpu_live("context_push"). */
+__attribute__((visibility("hidden"))) int fake_cuda_push_depth(void);
+
+#endif /* FAKE_GPU_H */
