@@ -28,6 +28,7 @@ struct mxd_device {
 
 struct mxd_queue {
     atomic_long refs;
+    unsigned epoch; /* the process generation it was created in */
     mxd_device *device;
     const mxd_backend *ops;
     bool is_default;
@@ -35,6 +36,7 @@ struct mxd_queue {
 };
 
 struct mxd_event {
+    unsigned epoch;
     mxd_device *device;
     const mxd_backend *ops;
     bool timing;
@@ -42,6 +44,7 @@ struct mxd_event {
 
 struct mxd_flag {
     atomic_long refs;
+    unsigned epoch;
     mxd_device *device;
     const mxd_backend *ops;
     _Atomic uint64_t *slot; /* the 8 bytes the device reads */
@@ -134,6 +137,47 @@ mxd_status mxd_fail(mxd_error *err, mxd_status status, const char *fmt, ...)
 mxd_status mxd_fail_driver(mxd_error *err, int code, const char *name,
                            const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* ---- Processes (process.c) --------------------------------------------- */
+
+/* Incremented in the child of every fork().  Objects remember the epoch
+ * they were made in: an object from before a fork refers to threads, locks
+ * and driver state that did not survive it, so using it fails (and
+ * dropping it leaks it) instead of hanging on a lock nobody will release.
+ * The CPU backend itself is reset in the child and works for new objects;
+ * GPU drivers do not support use across fork() at all. */
+extern atomic_uint mxd_process_epoch;
+
+static inline unsigned mxd_epoch_now(void)
+{
+    return atomic_load_explicit(&mxd_process_epoch, memory_order_relaxed);
+}
+
+static inline bool mxd_stale(unsigned epoch)
+{
+    return epoch != mxd_epoch_now();
+}
+
+/* The RuntimeError for using `what` (e.g. "DeviceQueue") after a fork. */
+mxd_status mxd_fail_stale(mxd_error *err, const char *what);
+/* Registers the fork handlers (once). */
+void mxd_process_setup(void);
+
+/* The parts of the fork handlers each module owns: take its global lock
+ * before the fork, release it after, and in the child also forget what
+ * belonged to threads that no longer exist. */
+void mxd_pool_fork_prepare(void);
+void mxd_pool_fork_parent(void);
+void mxd_pool_fork_child(void);
+void mxd_devices_fork_prepare(void);
+void mxd_devices_fork_parent(void);
+void mxd_devices_fork_child(void);
+void mxd_selection_fork_prepare(void);
+void mxd_selection_fork_parent(void);
+void mxd_selection_fork_child(void);
+
+/* MXD_OK when new objects may be made on dev in this process. */
+mxd_status mxd_device_check(const mxd_device *dev, mxd_error *err);
 
 /* ---- Host work (hostwork.c) ------------------------------------------- */
 

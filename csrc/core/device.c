@@ -28,6 +28,13 @@ mxd_status mxd_accelerator(int id, mxd_device **out, mxd_error *err)
                         mxd_selection_summary());
     if (id == -1)
         id = 0;
+    if (mxd_gpu_forked())
+        return mxd_fail(err, MXD_UNAVAILABLE,
+                        "failed to create device: the %s driver was "
+                        "initialised before os.fork(), and GPU drivers cannot "
+                        "be used in a forked child; start worker processes "
+                        "with multiprocessing's 'spawn' method instead",
+                        mxd_accelerator_api());
     if (id < 0 || id >= count)
         return mxd_fail(err, MXD_INVALID,
                         "failed to create device: accelerator id %d is out "
@@ -42,6 +49,18 @@ mxd_status mxd_accelerator(int id, mxd_device **out, mxd_error *err)
                  "failed to create device: %.480s", reason);
     }
     return st;
+}
+
+mxd_status mxd_device_check(const mxd_device *dev, mxd_error *err)
+{
+    if (dev == &cpu_device || !mxd_gpu_forked())
+        return MXD_OK;
+    return mxd_fail(err, MXD_UNAVAILABLE,
+                    "this %s device cannot be used here: its driver was "
+                    "initialised before os.fork(), and GPU drivers cannot be "
+                    "used in a forked child; start worker processes with "
+                    "multiprocessing's 'spawn' method instead",
+                    mxd_accelerator_api());
 }
 
 const char *mxd_device_api(const mxd_device *dev)
@@ -67,6 +86,8 @@ bool mxd_device_is_host_unified(const mxd_device *dev)
 mxd_status mxd_device_architecture(const mxd_device *dev, char *buf,
                                    size_t size, mxd_error *err)
 {
+    if (mxd_device_check(dev, err) != MXD_OK)
+        return MXD_UNAVAILABLE;
     return dev->ops->architecture(dev, buf, size, err);
 }
 
@@ -80,6 +101,8 @@ mxd_status mxd_device_memory(const mxd_device *dev, mxd_memory_stats *out,
                              mxd_error *err)
 {
     memset(out, 0, sizeof *out);
+    if (mxd_device_check(dev, err) != MXD_OK)
+        return MXD_UNAVAILABLE;
     return dev->ops->memory(dev, out, err);
 }
 
@@ -105,11 +128,15 @@ mxd_status mxd_device_can_access(const mxd_device *dev, const mxd_device *peer,
         *out = false;
         return MXD_OK;
     }
+    if (mxd_device_check(dev, err) != MXD_OK)
+        return MXD_UNAVAILABLE;
     return dev->ops->can_access(dev, peer, out, err);
 }
 
 mxd_queue *mxd_device_default_queue(mxd_device *dev, mxd_error *err)
 {
+    if (mxd_device_check(dev, err) != MXD_OK)
+        return NULL;
     pthread_mutex_lock(&dev->mu);
     mxd_queue *q = dev->default_queue;
     pthread_mutex_unlock(&dev->mu);
@@ -158,6 +185,8 @@ static long retain_queues(mxd_device *dev, mxd_queue ***out)
 mxd_status mxd_device_synchronize(mxd_device *dev, const mxd_wait *wait,
                                   mxd_error *err)
 {
+    if (mxd_device_check(dev, err) != MXD_OK)
+        return MXD_UNAVAILABLE;
     mxd_queue **queues;
     long count = retain_queues(dev, &queues);
     if (count < 0)
@@ -177,4 +206,23 @@ mxd_status mxd_device_synchronize(mxd_device *dev, const mxd_wait *wait,
     }
     free(queues);
     return st;
+}
+
+void mxd_devices_fork_prepare(void)
+{
+    pthread_mutex_lock(&cpu_device.mu);
+}
+
+void mxd_devices_fork_parent(void)
+{
+    pthread_mutex_unlock(&cpu_device.mu);
+}
+
+void mxd_devices_fork_child(void)
+{
+    /* The CPU device's queues are stale in the child: it starts afresh,
+     * with a new default queue made on first use. */
+    cpu_device.queues = NULL;
+    cpu_device.default_queue = NULL;
+    pthread_mutex_unlock(&cpu_device.mu);
 }

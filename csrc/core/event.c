@@ -4,7 +4,10 @@
 mxd_status mxd_event_init(mxd_event_storage *storage, mxd_device *dev,
                           bool enable_timing, mxd_event **out, mxd_error *err)
 {
+    if (mxd_device_check(dev, err) != MXD_OK)
+        return MXD_UNAVAILABLE;
     mxd_event *ev = (mxd_event *)storage;
+    ev->epoch = mxd_epoch_now();
     ev->device = dev;
     ev->ops = dev->ops;
     ev->timing = enable_timing;
@@ -16,7 +19,7 @@ mxd_status mxd_event_init(mxd_event_storage *storage, mxd_device *dev,
 
 void mxd_event_fini(mxd_event *ev)
 {
-    if (ev)
+    if (ev && !mxd_stale(ev->epoch)) /* a stale event's state is leaked */
         ev->ops->event_fini(ev);
 }
 
@@ -27,18 +30,24 @@ mxd_device *mxd_event_device(const mxd_event *ev)
 
 mxd_status mxd_event_query(mxd_event *ev, bool *ready, mxd_error *err)
 {
+    if (mxd_stale(ev->epoch))
+        return mxd_fail_stale(err, "DeviceEvent");
     return ev->ops->event_query(ev, ready, err);
 }
 
 mxd_status mxd_event_synchronize(mxd_event *ev, const mxd_wait *wait,
                                  mxd_error *err)
 {
+    if (mxd_stale(ev->epoch))
+        return mxd_fail_stale(err, "DeviceEvent");
     return ev->ops->event_synchronize(ev, wait, err);
 }
 
 mxd_status mxd_event_elapsed(mxd_event *start, mxd_event *end, double *ms,
                              mxd_error *err)
 {
+    if (mxd_stale(start->epoch) || mxd_stale(end->epoch))
+        return mxd_fail_stale(err, "DeviceEvent");
     if (!start->timing || !end->timing)
         return mxd_fail(err, MXD_UNAVAILABLE,
                         "elapsed_time() needs two events created with "

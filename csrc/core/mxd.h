@@ -142,6 +142,9 @@ bool mxd_queue_is_default(const mxd_queue *q);
 /* The CUstream / hipStream_t; 0 on CPU. */
 uintptr_t mxd_queue_native_handle(const mxd_queue *q);
 
+/* True for a queue created before os.fork() in this (child) process: it
+ * cannot be used here (every operation fails with a RuntimeError). */
+bool mxd_queue_is_stale(const mxd_queue *q);
 /* True when everything enqueued so far has completed. */
 bool mxd_queue_is_idle(const mxd_queue *q);
 mxd_status mxd_queue_synchronize(mxd_queue *q, const mxd_wait *wait,
@@ -196,8 +199,9 @@ void mxd_flag_release(mxd_flag *flag);
 mxd_device *mxd_flag_device(const mxd_flag *flag);
 /* Device-visible address of the 8-byte slot (host address on CPU). */
 uintptr_t mxd_flag_device_ptr(const mxd_flag *flag);
-void mxd_flag_signal(mxd_flag *flag, uint64_t value); /* release store */
-uint64_t mxd_flag_load(const mxd_flag *flag);         /* acquire load */
+/* Release store; works on any flag (after a fork it only stores). */
+void mxd_flag_signal(mxd_flag *flag, uint64_t value);
+uint64_t mxd_flag_load(const mxd_flag *flag); /* acquire load */
 
 #ifdef __cplusplus
 }

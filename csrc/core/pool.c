@@ -21,6 +21,8 @@ static struct {
 static void pool_init(void)
 {
     pthread_condattr_t attr;
+    /* Also run in a forked child, over the parent's condition variable:
+     * its waiters are threads that did not survive the fork. */
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&pool.has_job, &attr);
@@ -98,4 +100,24 @@ mxd_status mxd_pool_submit(mxd_job *job, mxd_error *err)
         pthread_cond_signal(&pool.has_job);
     pthread_mutex_unlock(&pool.mu);
     return MXD_OK;
+}
+
+void mxd_pool_fork_prepare(void)
+{
+    pthread_once(&pool.once, pool_init);
+    pthread_mutex_lock(&pool.mu);
+}
+
+void mxd_pool_fork_parent(void)
+{
+    pthread_mutex_unlock(&pool.mu);
+}
+
+void mxd_pool_fork_child(void)
+{
+    /* No worker survived the fork; their jobs belong to stale objects. */
+    pool.head = pool.tail = NULL;
+    pool.idle = pool.pending = 0;
+    pool_init();
+    pthread_mutex_unlock(&pool.mu);
 }

@@ -26,11 +26,14 @@ static void unlink_queue(mxd_device *dev, mxd_queue *q)
 
 mxd_status mxd_queue_create(mxd_device *dev, mxd_queue **out, mxd_error *err)
 {
+    if (mxd_device_check(dev, err) != MXD_OK)
+        return MXD_UNAVAILABLE;
     mxd_queue *q;
     mxd_status st = dev->ops->queue_create(dev, &q, err);
     if (st != MXD_OK)
         return st;
     atomic_init(&q->refs, 1);
+    q->epoch = mxd_epoch_now();
     q->device = dev;
     q->ops = dev->ops;
     q->is_default = false;
@@ -49,6 +52,8 @@ void mxd_queue_release(mxd_queue *q)
 {
     if (atomic_fetch_sub_explicit(&q->refs, 1, memory_order_acq_rel) != 1)
         return;
+    if (mxd_stale(q->epoch))
+        return; /* its locks and threads are the parent's: leak it */
     if (q->ops->queue_retire && q->ops->queue_retire(q))
         return; /* kept until its pending work completes */
     unlink_queue(q->device, q);
@@ -70,15 +75,37 @@ uintptr_t mxd_queue_native_handle(const mxd_queue *q)
     return q->ops->queue_native(q);
 }
 
+bool mxd_queue_is_stale(const mxd_queue *q)
+{
+    return mxd_stale(q->epoch);
+}
+
 bool mxd_queue_is_idle(const mxd_queue *q)
 {
-    return q->ops->queue_is_idle(q);
+    /* A stale queue is never "idle": its synchronize reports why. */
+    return !mxd_stale(q->epoch) && q->ops->queue_is_idle(q);
+}
+
+/* MXD_OK when every object is from this process (not from before a
+ * fork); NULL entries are skipped. */
+static mxd_status check_fresh(mxd_error *err, const mxd_queue *q,
+                              const mxd_queue *other, const mxd_event *ev,
+                              const mxd_flag *flag)
+{
+    if (mxd_stale(q->epoch) || (other && mxd_stale(other->epoch)))
+        return mxd_fail_stale(err, "DeviceQueue");
+    if (ev && mxd_stale(ev->epoch))
+        return mxd_fail_stale(err, "DeviceEvent");
+    if (flag && mxd_stale(flag->epoch))
+        return mxd_fail_stale(err, "CompletionFlag");
+    return MXD_OK;
 }
 
 mxd_status mxd_queue_synchronize(mxd_queue *q, const mxd_wait *wait,
                                  mxd_error *err)
 {
-    return q->ops->queue_synchronize(q, wait, err);
+    mxd_status st = check_fresh(err, q, NULL, NULL, NULL);
+    return st != MXD_OK ? st : q->ops->queue_synchronize(q, wait, err);
 }
 
 static mxd_status cross_backend(mxd_error *err, const mxd_queue *q,
@@ -93,6 +120,9 @@ static mxd_status cross_backend(mxd_error *err, const mxd_queue *q,
 
 mxd_status mxd_queue_wait_queue(mxd_queue *q, mxd_queue *other, mxd_error *err)
 {
+    mxd_status st = check_fresh(err, q, other, NULL, NULL);
+    if (st != MXD_OK)
+        return st;
     if (q == other)
         return MXD_OK; /* a queue is always ordered after itself */
     if (q->ops != other->ops)
@@ -102,6 +132,9 @@ mxd_status mxd_queue_wait_queue(mxd_queue *q, mxd_queue *other, mxd_error *err)
 
 mxd_status mxd_queue_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err)
 {
+    mxd_status st = check_fresh(err, q, NULL, ev, NULL);
+    if (st != MXD_OK)
+        return st;
     if (q->ops != ev->ops)
         return cross_backend(err, q, "an event", ev->device);
     return q->ops->queue_wait_event(q, ev, err);
@@ -110,6 +143,9 @@ mxd_status mxd_queue_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err)
 mxd_status mxd_queue_wait_value(mxd_queue *q, mxd_flag *flag, uint64_t value,
                                 mxd_error *err)
 {
+    mxd_status st = check_fresh(err, q, NULL, NULL, flag);
+    if (st != MXD_OK)
+        return st;
     if (flag->device != q->device)
         return mxd_fail(err, MXD_INVALID,
                         "the completion flag belongs to %s device %d, but "
@@ -121,7 +157,8 @@ mxd_status mxd_queue_wait_value(mxd_queue *q, mxd_flag *flag, uint64_t value,
 
 mxd_status mxd_queue_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_error *err)
 {
-    return q->ops->queue_host_fn(q, fn, err);
+    mxd_status st = check_fresh(err, q, NULL, NULL, NULL);
+    return st != MXD_OK ? st : q->ops->queue_host_fn(q, fn, err);
 }
 
 mxd_status mxd_queue_async_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
@@ -132,6 +169,9 @@ mxd_status mxd_queue_async_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
 
 mxd_status mxd_queue_record(mxd_queue *q, mxd_event *ev, mxd_error *err)
 {
+    mxd_status st = check_fresh(err, q, NULL, ev, NULL);
+    if (st != MXD_OK)
+        return st;
     if (ev->device != q->device)
         return mxd_fail(err, MXD_INVALID,
                         "the event belongs to %s device %d, but the queue "

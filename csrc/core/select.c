@@ -57,6 +57,7 @@ static struct {
     mxd_selection entries[MAX_APIS];
     char summary[MAX_APIS * (REASON_SIZE + 16)];
     const gpu_api *chosen; /* NULL: no accelerator backend */
+    bool forked;           /* in a child forked after the choice */
     int device_count;
     mxd_device *devices;
 } sel = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -234,6 +235,7 @@ mxd_status mxd_init(const mxd_host_runner *runner, mxd_error *err)
 {
     pthread_mutex_lock(&sel.mu);
     if (!sel.done) {
+        mxd_process_setup();
         mxd_set_host_runner(runner);
         select_backend();
         sel.done = true;
@@ -279,4 +281,26 @@ mxd_status mxd_selected_device(int id, mxd_device **out, mxd_error *err)
     if (st == MXD_OK)
         *out = dev;
     return st;
+}
+
+bool mxd_gpu_forked(void)
+{
+    return sel.forked;
+}
+
+void mxd_selection_fork_prepare(void)
+{
+    pthread_mutex_lock(&sel.mu);
+}
+
+void mxd_selection_fork_parent(void)
+{
+    pthread_mutex_unlock(&sel.mu);
+}
+
+void mxd_selection_fork_child(void)
+{
+    /* CUDA and HIP do not support a driver initialised before fork(). */
+    sel.forked = sel.chosen != NULL;
+    pthread_mutex_unlock(&sel.mu);
 }

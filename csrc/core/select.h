@@ -8,4 +8,7 @@
  * call; id must be in range. */
 mxd_status mxd_selected_device(int id, mxd_device **out, mxd_error *err);
 
+/* True in the child of a fork() made after a GPU backend was chosen. */
+bool mxd_gpu_forked(void);
+
 #endif /* MXD_SELECT_H */

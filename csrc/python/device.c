@@ -290,8 +290,11 @@ static PyObject *device_get_is_compatible(PyObject *self, void *closure)
 
 PyObject *binding_device_default_queue(DeviceObject *self)
 {
-    if (self->default_queue != NULL)
+    if (self->default_queue != NULL &&
+        !mxd_queue_is_stale(((QueueObject *)self->default_queue)->queue))
         return self->default_queue;
+    /* None yet, or one made before os.fork(): the core has a new one. */
+    Py_CLEAR(self->default_queue);
     mxd_error err;
     mxd_queue *queue = mxd_device_default_queue(self->device, &err);
     if (queue == NULL)
