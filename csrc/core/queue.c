@@ -164,7 +164,9 @@ mxd_status mxd_queue_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_error *err)
 mxd_status mxd_queue_async_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
                                    uint64_t value, mxd_error *err)
 {
-    return q->ops->queue_async_kickoff(q, fn, flag, value, err);
+    mxd_status st = check_fresh(err, q, NULL, NULL, flag);
+    return st != MXD_OK ? st
+                        : q->ops->queue_async_kickoff(q, fn, flag, value, err);
 }
 
 mxd_status mxd_queue_record(mxd_queue *q, mxd_event *ev, mxd_error *err)
