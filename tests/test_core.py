@@ -4,6 +4,7 @@ compiler supports (ThreadSanitizer for races, ASan/UBSan for memory)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,6 +19,12 @@ VARIANTS = {
     "tsan": ["-O1", "-fsanitize=thread"],
     "asan": ["-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
 }
+
+
+def _native_env() -> dict[str, str]:
+    # scripts/sanitize.sh preloads the ASan runtime into Python; the
+    # compiler and these C programs must not get it (a TSan program crashes).
+    return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 
 
 def _compile(tmp_path: Path, extra: list[str]) -> Path | None:
@@ -38,7 +45,7 @@ def _compile(tmp_path: Path, extra: list[str]) -> Path | None:
         "-pthread",
         "-ldl",
     ]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = subprocess.run(cmd, capture_output=True, text=True, env=_native_env())
     if result.returncode != 0:
         if "-fsanitize" in " ".join(extra) and "sanitize" in result.stderr:
             return None  # the toolchain lacks this sanitizer's runtime
@@ -51,7 +58,9 @@ def test_core_c(tmp_path: Path, variant: str) -> None:
     exe = _compile(tmp_path, VARIANTS[variant])
     if exe is None:
         pytest.skip(f"the compiler cannot build with {variant}")
-    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(exe)], capture_output=True, text=True, timeout=120, env=_native_env()
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "core tests passed" in result.stdout
     assert "WARNING: ThreadSanitizer" not in result.stderr

@@ -276,7 +276,10 @@ static cpu_item *item_new(item_kind kind, mxd_error *err)
 
 /* Appends item, starting a drain when the queue was idle.  On failure
  * nothing is enqueued and the caller still owns the item. */
-static mxd_status enqueue(cpu_queue *q, cpu_item *item, mxd_error *err)
+/* `ticket` (may be NULL) receives the item's ticket: once the lock is
+ * released the worker may run and free the item at any time. */
+static mxd_status enqueue_ticket(cpu_queue *q, cpu_item *item, uint64_t *ticket,
+                                 mxd_error *err)
 {
     pthread_mutex_lock(&q->mu);
     if (!q->draining) {
@@ -296,8 +299,15 @@ static mxd_status enqueue(cpu_queue *q, cpu_item *item, mxd_error *err)
     else
         q->head = item;
     q->tail = item;
+    if (ticket)
+        *ticket = item->ticket;
     pthread_mutex_unlock(&q->mu);
     return MXD_OK;
+}
+
+static mxd_status enqueue(cpu_queue *q, cpu_item *item, mxd_error *err)
+{
+    return enqueue_ticket(q, item, NULL, err);
 }
 
 /* Makes later work on q wait for `point`; consumes the point's reference. */
@@ -506,14 +516,15 @@ static mxd_status stamp_point(cpu_queue *q, cpu_stamp *stamp, cpu_point *point,
     }
     atomic_fetch_add(&stamp->refs, 1);
     item->u.stamp = stamp;
-    mxd_status st = enqueue(q, item, err);
+    uint64_t ticket;
+    mxd_status st = enqueue_ticket(q, item, &ticket, err);
     if (st != MXD_OK) {
         atomic_fetch_sub(&stamp->refs, 1);
         free(item);
         return st;
     }
     mxd_queue_retain(&q->base);
-    *point = (cpu_point){q, item->ticket};
+    *point = (cpu_point){q, ticket};
     return MXD_OK;
 }
 
@@ -583,7 +594,9 @@ static mxd_status completed_stamp(cpu_event *ev, const char *which, int64_t *ns,
     mxd_spin_lock(&ev->lock);
     bool recorded = ev->recorded;
     bool ready = !ev->queue || point_reached(ev->queue, ev->ticket);
-    *ns = ev->stamp ? ev->stamp->ns : 0;
+    /* The worker writes the stamp before it publishes the point as
+     * reached: read it only after seeing that. */
+    *ns = ready && ev->stamp ? ev->stamp->ns : 0;
     mxd_spin_unlock(&ev->lock);
     if (!recorded)
         return mxd_fail(err, MXD_UNAVAILABLE,
