@@ -72,10 +72,10 @@ def _compile(tmp_path: Path, main: str, extra: list[str]) -> Path | None:
 
 
 def _reports(stderr: str) -> list[str]:
+    """Each sanitizer report in stderr, from its first line to the next."""
     starts = [m.start() for m in REPORT_START.finditer(stderr)]
-    return [
-        stderr[a:b] for a, b in zip(starts, starts[1:] + [len(stderr)], strict=True)
-    ]
+    ends = starts[1:] + [len(stderr)] if starts else []
+    return [stderr[a:b] for a, b in zip(starts, ends, strict=True)]
 
 
 def _check_sanitizers(result: subprocess.CompletedProcess[str]) -> None:
