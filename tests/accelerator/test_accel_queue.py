@@ -68,12 +68,14 @@ def test_native_stream_handle(acc):
 
 
 def test_native_stream_handles_differ_across_devices(acc, acc1):
-    hs = {
-        acc.default_queue.native_stream_handle,
-        acc1.default_queue.native_stream_handle,
-        DeviceQueue(acc).native_stream_handle,
-        DeviceQueue(acc1).native_stream_handle,
-    }
+    # Keep the queues alive: a dropped queue's stream handle may be reused.
+    queues = [
+        acc.default_queue,
+        acc1.default_queue,
+        DeviceQueue(acc),
+        DeviceQueue(acc1),
+    ]
+    hs = {q.native_stream_handle for q in queues}
     assert len(hs) == 4
     assert not hs & SPECIAL_STREAMS
 
