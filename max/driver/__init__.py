@@ -12,7 +12,9 @@ from typing import Any
 
 # Importable but deliberately not in __all__.  Names starting with "__" are
 # only mangled inside class bodies, so this module-level import is literal.
-from max._core.driver import __unsafe_pack_py_host_func  # noqa: F401
+from max._core.driver import (
+    __unsafe_pack_py_host_func as __unsafe_pack_py_host_func,
+)
 
 from .driver import (
     CPU,

@@ -1,0 +1,307 @@
+"""The documentation in docs/ is executed and checked against the runtime.
+
+- Every fenced ```python block of docs/*.md runs.  The blocks of one page run
+  in order in one shared namespace (a later block may use an earlier one's
+  names), in this process, in the main thread.
+- Blocks whose first line is ``# requires: accelerator`` run instead in a
+  child process against the fake CUDA driver of tests/fake_driver
+  (``MAX_DRIVER_BACKEND=cuda``, ``MAX_DRIVER_CUDA_LIBRARY=<fake>``), again in
+  order with one namespace per page.
+- Any exception fails the test, with the page and line of the block.
+- docs/api.md must name every public name of ``max.driver`` (``__all__``),
+  every public member of each class found at run time, and the signature
+  ``help()`` shows for every native callable, so the reference cannot fall
+  behind the code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import inspect
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import traceback
+from pathlib import Path
+
+import pytest
+
+from max import driver
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DOCS = REPO_ROOT / "docs"
+FAKE_BUILD = REPO_ROOT / "tests" / "fake_driver" / "build.py"
+GPU_MARK = "# requires: accelerator"
+PAGES = sorted(DOCS.glob("*.md"))
+EXPECTED_PAGES = {"index.md", "guide.md", "api.md", "differences.md", "interop.md"}
+
+_FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<info>[^\n`]*)$")
+
+
+@dataclasses.dataclass
+class Block:
+    page: str
+    line: int  # 1-based line of the first code line
+    code: str
+
+    @property
+    def needs_accelerator(self) -> bool:
+        first = self.code.lstrip("\n").split("\n", 1)[0].strip()
+        return first == GPU_MARK
+
+    @property
+    def where(self) -> str:
+        return f"docs/{self.page}:{self.line}"
+
+
+def python_blocks(page: Path) -> list[Block]:
+    """The ```python blocks of ``page``, in order."""
+    blocks: list[Block] = []
+    lines = page.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        info = m.group("info").strip().split()
+        start = i + 1
+        j = start
+        while j < len(lines) and lines[j].strip() != "```":
+            j += 1
+        assert j < len(lines), f"docs/{page.name}:{i + 1}: unclosed code fence"
+        if info and info[0] == "python":
+            code = textwrap.dedent("\n".join(lines[start:j])) + "\n"
+            blocks.append(Block(page.name, start + 1, code))
+        i = j + 1
+    return blocks
+
+
+def _page_id(page: Path) -> str:
+    return page.name
+
+
+def test_docs_pages_exist() -> None:
+    assert EXPECTED_PAGES <= {p.name for p in PAGES}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_cpu_examples_run(page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page's CPU blocks, in order, in one namespace, in this process."""
+    blocks = [b for b in python_blocks(page) if not b.needs_accelerator]
+    if not blocks:
+        pytest.skip(f"docs/{page.name} has no CPU examples")
+    # Children started by an example import this checkout.
+    pp = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + (os.pathsep + pp if pp else ""))
+    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
+    for block in blocks:
+        try:
+            exec(compile(block.code, block.where, "exec"), namespace)
+        except BaseException as exc:  # KeyboardInterrupt included
+            detail = "".join(traceback.format_exception(exc))
+            pytest.fail(f"example at {block.where} raised:\n{detail}")
+
+
+# --------------------------------------------------------------------------
+# GPU examples, against the fake CUDA driver
+
+_RUNNER = r"""
+import json, sys, traceback
+blocks = json.load(sys.stdin)
+namespace = {"__name__": "docs_gpu"}
+for where, code in blocks:
+    try:
+        exec(compile(code, where, "exec"), namespace)
+    except BaseException:
+        print("EXAMPLE FAILED at " + where, file=sys.stderr)
+        traceback.print_exc()
+        sys.exit(1)
+"""
+
+
+def _load_builder():
+    spec = importlib.util.spec_from_file_location("fake_driver_build", FAKE_BUILD)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.build_fake_driver
+
+
+@pytest.fixture(scope="module")
+def fake_cuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not FAKE_BUILD.exists():
+        pytest.skip("fake driver sources missing (tests/fake_driver/build.py)")
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler to build the fake driver")
+    build = _load_builder()
+    return Path(build(tmp_path_factory.mktemp("docs-fake")))
+
+
+GPU_PAGES = [p for p in PAGES if any(b.needs_accelerator for b in python_blocks(p))]
+
+
+@pytest.mark.parametrize("page", GPU_PAGES, ids=_page_id)
+def test_accelerator_examples_run(page: Path, fake_cuda: Path) -> None:
+    """The page's ``# requires: accelerator`` blocks on the fake CUDA driver."""
+    blocks = [b for b in python_blocks(page) if b.needs_accelerator]
+    env = dict(os.environ)
+    for key in [k for k in env if k.startswith(("MAX_DRIVER_", "FAKE_GPU_"))]:
+        del env[key]
+    pp = env.get("PYTHONPATH")
+    env.update(
+        PYTHONPATH=str(REPO_ROOT) + (os.pathsep + pp if pp else ""),
+        MAX_DRIVER_BACKEND="cuda",
+        MAX_DRIVER_CUDA_LIBRARY=str(fake_cuda),
+        PYTHONUNBUFFERED="1",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", _RUNNER],
+        input=json.dumps([[b.where, b.code] for b in blocks]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=REPO_ROOT,
+    )
+    assert result.returncode == 0, (
+        f"accelerator examples of docs/{page.name} failed "
+        f"(exit {result.returncode}):\n{result.stderr[-6000:]}"
+    )
+
+
+def test_examples_are_marked_consistently() -> None:
+    """The marker must be the first line, or the block would run on the CPU."""
+    for page in PAGES:
+        for block in python_blocks(page):
+            if GPU_MARK in block.code:
+                assert block.needs_accelerator, (
+                    f"{block.where}: '{GPU_MARK}' must be the block's first line"
+                )
+
+
+# --------------------------------------------------------------------------
+# The API reference covers the runtime
+
+API_PAGE = DOCS / "api.md"
+NATIVE_CLASSES = ("Device", "DeviceQueue", "DeviceEvent", "CompletionFlag")
+# Special methods every reader knows; documented as "==, hash, repr" instead.
+_OBJECT_DUNDERS = set(dir(object)) | {"__reduce__"}
+
+
+def _class_members(cls: type) -> list[str]:
+    """Members a user can call: public names, the SPEC's ``__unsafe_*``
+    methods, ``__cuda_stream__`` and the single-underscore names of the
+    native types (``_device_context_ptr``, ``_unsafe_ptr``)."""
+    names: list[str] = []
+    for name in vars(cls):
+        if name in _OBJECT_DUNDERS or name.startswith("__dataclass"):
+            continue
+        if name.startswith("__") and name.endswith("__"):
+            if name == "__cuda_stream__":
+                names.append(name)
+            continue
+        if name.startswith("_") and cls.__module__ != "max._core.driver":
+            continue
+        names.append(name)
+    if dataclasses.is_dataclass(cls):
+        names += [f.name for f in dataclasses.fields(cls)]
+    return sorted(set(names))
+
+
+def _api_sections() -> dict[str, str]:
+    """docs/api.md's ``### `Name` `` sections: heading name -> body."""
+    text = API_PAGE.read_text(encoding="utf-8")
+    sections: dict[str, str] = {}
+    for part in re.split(r"^### ", text, flags=re.M)[1:]:
+        heading, _, body = part.partition("\n")
+        sections[heading.strip().strip("`")] = body.split("\n## ", 1)[0]
+    return sections
+
+
+def _public_classes() -> list[tuple[str, type]]:
+    return [
+        (name, obj)
+        for name in driver.__all__
+        if isinstance(obj := getattr(driver, name), type)
+    ]
+
+
+def test_api_has_a_section_for_every_public_name() -> None:
+    sections = _api_sections()
+    names = [*driver.__all__, "DeviceStream", "__unsafe_pack_py_host_func"]
+    missing = [n for n in names if n not in sections]
+    assert not missing, f"docs/api.md has no '### `name`' section for: {missing}"
+
+
+def test_api_has_a_section_for_every_class_member() -> None:
+    sections = _api_sections()
+    missing = [
+        f"{name}.{member}"
+        for name, cls in _public_classes()
+        for member in _class_members(cls)
+        if f"{name}.{member}" not in sections
+    ]
+    assert not missing, f"docs/api.md has no section for: {missing}"
+
+
+def _help_signatures() -> dict[str, str]:
+    """section name -> ``name(signature)`` as ``help()`` shows it, for every
+    native callable."""
+    out: dict[str, str] = {}
+    for cls_name in NATIVE_CLASSES:
+        cls = getattr(driver, cls_name)
+        for name, value in vars(cls).items():
+            fn = value.__func__ if isinstance(value, staticmethod) else value
+            if name in _OBJECT_DUNDERS or not callable(fn):
+                continue
+            if getattr(fn, "__text_signature__", None) is None:
+                continue
+            out[f"{cls_name}.{name}"] = f"{name}{inspect.signature(fn)}"
+    for cls_name in (
+        "CPU",
+        "Accelerator",
+        "DeviceQueue",
+        "DeviceEvent",
+        "CompletionFlag",
+    ):
+        sig = inspect.signature(getattr(driver, cls_name))
+        out[cls_name] = f"{cls_name}{sig}"
+    for fn_name in (
+        "accelerator_count",
+        "backend_selection",
+        "__unsafe_pack_py_host_func",
+    ):
+        sig = inspect.signature(getattr(driver, fn_name))
+        out[fn_name] = f"{fn_name}{sig}"
+    return out
+
+
+def test_api_shows_help_signatures() -> None:
+    sections = _api_sections()
+    wrong = {
+        where: sig
+        for where, sig in _help_signatures().items()
+        if sig not in sections.get(where, "")
+    }
+    assert not wrong, (
+        "docs/api.md does not show these signatures (section: signature) as "
+        f"help() does: {wrong}"
+    )
+
+
+def test_api_documents_overloads() -> None:
+    sections = _api_sections()
+    for method in ("record_event", "wait_for"):
+        doc = getattr(driver.DeviceQueue, method).__doc__
+        assert doc
+        overloads = re.findall(r"^\s*\d+\. (\w+\(self.*\) -> \w+)$", doc, re.M)
+        assert len(overloads) >= 2, doc
+        body = sections[f"DeviceQueue.{method}"]
+        missing = [o for o in overloads if o not in body]
+        assert not missing, f"DeviceQueue.{method}: overloads missing: {missing}"
