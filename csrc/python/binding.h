@@ -68,6 +68,11 @@ typedef struct FlagObject {
 
 /* ---- Type creation (one per file) -------------------------------------- */
 
+/* Creates a heap type of the module from spec (with `base`, may be NULL)
+ * and adds it to the module: a new reference, or NULL with an exception. */
+PyTypeObject *binding_add_type(PyObject *module, PyType_Spec *spec,
+                               PyObject *base);
+
 int binding_add_device_types(PyObject *module, binding_state *st);
 int binding_add_queue_type(PyObject *module, binding_state *st);
 int binding_add_event_type(PyObject *module, binding_state *st);

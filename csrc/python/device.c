@@ -555,19 +555,6 @@ static PyType_Spec accelerator_spec = {
     .slots = accelerator_slots,
 };
 
-static PyTypeObject *add_type(PyObject *module, PyType_Spec *spec,
-                              PyObject *base)
-{
-    PyObject *type = PyType_FromModuleAndSpec(module, spec, base);
-    if (type == NULL)
-        return NULL;
-    if (PyModule_AddType(module, (PyTypeObject *)type) < 0) {
-        Py_DECREF(type);
-        return NULL;
-    }
-    return (PyTypeObject *)type;
-}
-
 /* Device.cpu is a static method whose `self` is the module (for its
  * state); the type is immutable to users, so it is added to the type's
  * dict directly before anyone can see the type. */
@@ -588,14 +575,16 @@ static int add_cpu_staticmethod(PyObject *module, PyTypeObject *type)
 
 int binding_add_device_types(PyObject *module, binding_state *st)
 {
-    st->device_type = add_type(module, &device_spec, NULL);
+    st->device_type = binding_add_type(module, &device_spec, NULL);
     if (st->device_type == NULL ||
         add_cpu_staticmethod(module, st->device_type) < 0)
         return -1;
-    st->cpu_type = add_type(module, &cpu_spec, (PyObject *)st->device_type);
-    st->accelerator_type = st->cpu_type ? add_type(module, &accelerator_spec,
-                                                   (PyObject *)st->device_type)
-                                        : NULL;
+    st->cpu_type =
+        binding_add_type(module, &cpu_spec, (PyObject *)st->device_type);
+    st->accelerator_type = st->cpu_type
+                               ? binding_add_type(module, &accelerator_spec,
+                                                  (PyObject *)st->device_type)
+                               : NULL;
     if (st->accelerator_type == NULL)
         return -1;
     /* Set after creation: PyType_Spec has no vectorcall slot before 3.14.

@@ -195,9 +195,6 @@ static PyType_Spec event_spec = {
 
 int binding_add_event_type(PyObject *module, binding_state *st)
 {
-    PyObject *type = PyType_FromModuleAndSpec(module, &event_spec, NULL);
-    if (type == NULL)
-        return -1;
-    st->event_type = (PyTypeObject *)type;
-    return PyModule_AddType(module, st->event_type);
+    st->event_type = binding_add_type(module, &event_spec, NULL);
+    return st->event_type == NULL ? -1 : 0;
 }

@@ -172,9 +172,6 @@ static PyType_Spec flag_spec = {
 
 int binding_add_flag_type(PyObject *module, binding_state *st)
 {
-    PyObject *type = PyType_FromModuleAndSpec(module, &flag_spec, NULL);
-    if (type == NULL)
-        return -1;
-    st->flag_type = (PyTypeObject *)type;
-    return PyModule_AddType(module, st->flag_type);
+    st->flag_type = binding_add_type(module, &flag_spec, NULL);
+    return st->flag_type == NULL ? -1 : 0;
 }

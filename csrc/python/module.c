@@ -79,6 +79,19 @@ static PyMethodDef module_methods[] = {
 
 /* ---- Exec -------------------------------------------------------------- */
 
+PyTypeObject *binding_add_type(PyObject *module, PyType_Spec *spec,
+                               PyObject *base)
+{
+    PyObject *type = PyType_FromModuleAndSpec(module, spec, base);
+    if (type == NULL)
+        return NULL;
+    if (PyModule_AddType(module, (PyTypeObject *)type) < 0) {
+        Py_DECREF(type);
+        return NULL;
+    }
+    return (PyTypeObject *)type;
+}
+
 static int init_core(void)
 {
     mxd_error err;

@@ -447,9 +447,6 @@ static PyType_Spec queue_spec = {
 
 int binding_add_queue_type(PyObject *module, binding_state *st)
 {
-    PyObject *type = PyType_FromModuleAndSpec(module, &queue_spec, NULL);
-    if (type == NULL)
-        return -1;
-    st->queue_type = (PyTypeObject *)type;
-    return PyModule_AddType(module, st->queue_type);
+    st->queue_type = binding_add_type(module, &queue_spec, NULL);
+    return st->queue_type == NULL ? -1 : 0;
 }
