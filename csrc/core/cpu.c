@@ -497,23 +497,20 @@ static void cpu_event_fini(mxd_event *base)
     stamp_release(ev->stamp);
 }
 
-/* For a timing event: a stamp that gets the time when the point completes.
- * Under q->mu so that no other work slips between the point and the stamp. */
+/* For a timing event: the point is a stamp item at the end of q, which
+ * writes the time when the worker reaches it; on an idle queue the point
+ * is complete already, so it is stamped now. */
 static mxd_status stamp_point(cpu_queue *q, cpu_stamp *stamp, cpu_point *point,
                               mxd_error *err)
 {
-    cpu_item *item = item_new(ITEM_STAMP, err);
-    if (!item)
-        return MXD_NO_MEMORY;
-    pthread_mutex_lock(&q->mu);
-    bool idle = !q->draining;
-    pthread_mutex_unlock(&q->mu);
-    if (idle && cpu_queue_is_idle(&q->base)) {
-        free(item); /* everything before the point is done: it is now */
+    if (cpu_queue_is_idle(&q->base)) {
         stamp->ns = mxd_now_ns();
         *point = (cpu_point){NULL, 0};
         return MXD_OK;
     }
+    cpu_item *item = item_new(ITEM_STAMP, err);
+    if (!item)
+        return MXD_NO_MEMORY;
     atomic_fetch_add(&stamp->refs, 1);
     item->u.stamp = stamp;
     uint64_t ticket;
