@@ -108,7 +108,7 @@ static bool park_slice(mxd_notifier *n, mxd_ready_fn ready, const void *arg,
     return is_ready;
 }
 
-static int64_t deadline_of(const mxd_wait *wait, int64_t start)
+int64_t mxd_deadline(const mxd_wait *wait, int64_t start)
 {
     if (!wait || wait->timeout < 0 || isnan(wait->timeout))
         return INT64_MAX;
@@ -127,7 +127,7 @@ mxd_status mxd_park(mxd_notifier *n, mxd_ready_fn ready, const void *arg,
         cpu_relax();
     }
     int64_t start = mxd_now_ns();
-    int64_t deadline = deadline_of(wait, start);
+    int64_t deadline = mxd_deadline(wait, start);
     for (;;) {
         int64_t now = mxd_now_ns();
         if (now >= deadline)

@@ -61,6 +61,10 @@ static inline void mxd_spin_unlock(mxd_spinlock *lock)
     atomic_store_explicit(&lock->held, false, memory_order_release);
 }
 
+/* When a wait that starts at `start` (ns) times out: INT64_MAX for none
+ * (no timeout, or one too large to represent). */
+int64_t mxd_deadline(const mxd_wait *wait, int64_t start);
+
 /* Nanoseconds on the monotonic clock. */
 int64_t mxd_now_ns(void);
 
