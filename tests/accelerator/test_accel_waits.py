@@ -111,6 +111,21 @@ def test_timeout_zero_when_idle(acc, aq, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("huge", [1e300, float("inf"), 2**70])
+def test_timeout_too_large_to_represent_waits(acc, aq, kind, huge):
+    """A timeout beyond any clock (e.g. 1e300 s) is a wait without one."""
+    flag = CompletionFlag(acc)
+    aq.wait_for_host_value(flag, 1)
+    wait = _waiter(kind, acc, aq)
+    timer = threading.Timer(0.2, flag.signal, args=(1,))
+    timer.start()
+    try:
+        assert wait(timeout=huge) is None
+    finally:
+        timer.join()
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("neg", [-1, -0.001, float("-inf")])
 def test_negative_timeout_value_error(acc, aq, kind, neg):
     with pytest.raises(ValueError):
