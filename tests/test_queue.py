@@ -484,11 +484,6 @@ def test_rerecording_moves_the_point(cpu, gate):
     assert ev.is_ready()
 
 
-@pytest.mark.skip(reason="needs a second device (GPU): event of another device")
-def test_record_event_of_other_device_value_error():  # pragma: no cover
-    pass
-
-
 # --------------------------------------------------------------------------
 # wait_for_host_value
 
