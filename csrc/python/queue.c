@@ -171,16 +171,9 @@ static PyObject *record_new_event(PyObject *self)
 
 static PyObject *record_existing_event(PyObject *self, PyObject *event)
 {
-    mxd_queue *queue = queue_of(self);
-    mxd_event *ev = ((EventObject *)event)->event;
-    if (mxd_event_device(ev) != mxd_queue_device(queue)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "record_event(): the event belongs to another "
-                        "device than the queue");
-        return NULL;
-    }
-    mxd_error err;
-    if (mxd_queue_record(queue, ev, &err) != MXD_OK)
+    mxd_error err; /* the core checks the event's device */
+    if (mxd_queue_record(queue_of(self), ((EventObject *)event)->event, &err) !=
+        MXD_OK)
         return binding_raise(&err);
     Py_RETURN_NONE;
 }
@@ -219,11 +212,8 @@ static const char *const wait_for_overloads[] = {
 
 static PyObject *wait_for_queue(PyObject *self, mxd_queue *other)
 {
-    mxd_queue *queue = queue_of(self);
-    if (other == queue)
-        Py_RETURN_NONE; /* waiting for oneself is a no-op, never a deadlock */
-    mxd_error err;
-    if (mxd_queue_wait_queue(queue, other, &err) != MXD_OK)
+    mxd_error err; /* waiting for oneself is a no-op in the core */
+    if (mxd_queue_wait_queue(queue_of(self), other, &err) != MXD_OK)
         return binding_raise(&err);
     Py_RETURN_NONE;
 }
@@ -308,16 +298,9 @@ static PyObject *queue_wait_for_host_value(PyObject *self,
         binding_check_type(fname, "flag", argv[0], st->flag_type) < 0 ||
         binding_parse_u64(fname, "value", argv[1], &value) < 0)
         return NULL;
-    mxd_queue *queue = queue_of(self);
-    mxd_flag *flag = ((FlagObject *)argv[0])->flag;
-    if (mxd_flag_device(flag) != mxd_queue_device(queue)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "wait_for_host_value(): the flag belongs to another "
-                        "device than the queue");
-        return NULL;
-    }
-    mxd_error err;
-    if (mxd_queue_wait_value(queue, flag, value, &err) != MXD_OK)
+    mxd_error err; /* the core checks the flag's device */
+    if (mxd_queue_wait_value(queue_of(self), ((FlagObject *)argv[0])->flag,
+                             value, &err) != MXD_OK)
         return binding_raise(&err);
     Py_RETURN_NONE;
 }
