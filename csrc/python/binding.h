@@ -80,6 +80,12 @@ int binding_add_flag_type(PyObject *module, binding_state *st);
 
 /* ---- Cross-type helpers ------------------------------------------------ */
 
+/* __eq__ / __ne__ of a type whose objects wrap a native object: equal iff
+ * both wrap the same one.  `native_offset` locates the wrapper's pointer
+ * (offsetof(QueueObject, queue), say). */
+PyObject *binding_compare_native(PyObject *self, PyObject *other, int op,
+                                 size_t native_offset);
+
 /* The cached Device object for a core device (new reference). */
 PyObject *binding_device_object(binding_state *st, mxd_device *dev);
 /* CPU(id) / Device.cpu(id) after the argument was parsed (new reference). */

@@ -150,10 +150,8 @@ static PyGetSetDef event_getset[] = {
 
 static PyObject *event_richcompare(PyObject *self, PyObject *other, int op)
 {
-    if ((op != Py_EQ && op != Py_NE) || !Py_IS_TYPE(other, Py_TYPE(self)))
-        Py_RETURN_NOTIMPLEMENTED;
-    int equal = event_of(self) == event_of(other);
-    return PyBool_FromLong(op == Py_EQ ? equal : !equal);
+    return binding_compare_native(self, other, op,
+                                  offsetof(EventObject, event));
 }
 
 static Py_hash_t event_hash(PyObject *self)

@@ -387,10 +387,8 @@ static PyMethodDef queue_methods[] = {
 
 static PyObject *queue_richcompare(PyObject *self, PyObject *other, int op)
 {
-    if ((op != Py_EQ && op != Py_NE) || !Py_IS_TYPE(other, Py_TYPE(self)))
-        Py_RETURN_NOTIMPLEMENTED;
-    int equal = queue_of(self) == queue_of(other);
-    return PyBool_FromLong(op == Py_EQ ? equal : !equal);
+    return binding_compare_native(self, other, op,
+                                  offsetof(QueueObject, queue));
 }
 
 static Py_hash_t queue_hash(PyObject *self)
