@@ -2,7 +2,7 @@
 
 Project metadata lives in ``pyproject.toml``; this file only declares the C
 extension, whose source list is globbed so that adding a file to
-``csrc/core`` or ``csrc/python`` needs no edit here.
+``csrc/core``, ``csrc/backends`` or ``csrc/python`` needs no edit here.
 
 Set ``MAX_DRIVER_CFLAGS`` to append flags to both the compile and the link
 step, e.g. ``MAX_DRIVER_CFLAGS="-fsanitize=address -O1 -g"``.
@@ -17,7 +17,7 @@ import shlex
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE_DIRS = ("csrc/core", "csrc/python")
+SOURCE_DIRS = ("csrc/core", "csrc/backends", "csrc/python")
 
 
 def _glob(pattern: str) -> list[str]:
@@ -30,7 +30,7 @@ def _extra_flags() -> list[str]:
 
 
 sources = [src for d in SOURCE_DIRS for src in _glob(f"{d}/*.c")]
-# Headers, and gpu_backend.inc: the GPU backend that cuda.c and hip.c include.
+# Headers, and the .inc files of the GPU backend that cuda.c and hip.c include.
 headers = [
     hdr for d in SOURCE_DIRS for ext in ("h", "inc") for hdr in _glob(f"{d}/*.{ext}")
 ]

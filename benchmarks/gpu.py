@@ -65,7 +65,7 @@ def build_raw(out_dir: Path, compiler: str = "cc") -> Path:
         "-Wextra",
         "-Werror",
         "-D_GNU_SOURCE",
-        f"-I{REPO_ROOT / 'csrc' / 'core'}",
+        f"-I{REPO_ROOT / 'csrc' / 'backends'}",
         str(RAW_SOURCE),
         "-o",
         str(library),

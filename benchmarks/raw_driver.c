@@ -6,11 +6,11 @@
  * Built at run time by benchmarks/gpu.py into a small shared library:
  *
  *     cc -std=c11 -O2 -fPIC -shared -Wall -Wextra -Werror -D_GNU_SOURCE \
- *        -I csrc/core benchmarks/raw_driver.c -o raw_driver.so -ldl
+ *        -I csrc/backends benchmarks/raw_driver.c -o raw_driver.so -ldl
  *
  * No CUDA SDK is needed: the types and the list of entry points come from
- * the project's own csrc/core/cuda_abi.h, and the entry points are
- * resolved the way csrc/core/cuda.c resolves them (cuGetProcAddress_v2 at
+ * the project's own csrc/backends/cuda_abi.h, and the entry points are
+ * resolved the way csrc/backends/cuda.c resolves them (cuGetProcAddress_v2 at
  * the declared versions, else dlsym of the _v2 / plain names), so both
  * sides call the very same driver functions.
  *

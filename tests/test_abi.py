@@ -1,4 +1,4 @@
-"""Our own driver declarations (csrc/core/cuda_abi.h, hip_abi.h) against the
+"""Our own driver declarations (csrc/backends/cuda_abi.h, hip_abi.h) against the
 real SDK headers: tests/abi/check_abi.c fails to compile on any difference
 in an entry point's prototype, a type or a constant.
 
@@ -47,7 +47,7 @@ def test_declarations_match_sdk_headers(api: str) -> None:
     header, flags = SDKS[api]
     if not header.exists():
         pytest.skip(f"{header} is not installed; cannot compare {api} declarations")
-    result = _compile(header, flags, ROOT / "csrc" / "core")
+    result = _compile(header, flags, ROOT / "csrc" / "backends")
     assert result.returncode == 0, result.stderr
 
 
@@ -56,7 +56,7 @@ def test_check_catches_a_wrong_declaration(tmp_path: Path) -> None:
     header, flags = SDKS["cuda"]
     if not header.exists():
         pytest.skip(f"{header} is not installed")
-    for src in (ROOT / "csrc" / "core").glob("*.h"):
+    for src in (ROOT / "csrc" / "backends").glob("*.h"):
         (tmp_path / src.name).write_text(src.read_text())
     abi = tmp_path / "cuda_abi.h"
     text = abi.read_text()

@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "csrc" / "core"
+BACKENDS = ROOT / "csrc" / "backends"
 FLAGS = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-g"]
 VARIANTS = {
     "plain": ["-O2"],
@@ -32,12 +33,13 @@ def _compile(tmp_path: Path, extra: list[str]) -> Path | None:
     if cc is None:
         pytest.skip("no C compiler on this machine")
     exe = tmp_path / "core_test"
-    sources = sorted(str(p) for p in CORE.glob("*.c"))
+    sources = sorted(str(p) for d in (CORE, BACKENDS) for p in d.glob("*.c"))
     cmd = [
         cc,
         *FLAGS,
         *extra,
         f"-I{CORE}",
+        f"-I{BACKENDS}",
         *sources,
         str(ROOT / "tests" / "core" / "core_test.c"),
         "-o",

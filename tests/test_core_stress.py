@@ -20,6 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "csrc" / "core"
+BACKENDS = ROOT / "csrc" / "backends"
 TESTS = ROOT / "tests" / "core"
 FLAGS = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-g"]
 VARIANTS = {
@@ -60,8 +61,8 @@ def _compile(tmp_path: Path, main: str, extra: list[str]) -> Path | None:
     if cc is None:
         pytest.skip("no C compiler on this machine")
     exe = tmp_path / Path(main).stem
-    sources = sorted(str(p) for p in CORE.glob("*.c"))
-    cmd = [cc, *FLAGS, *extra, f"-I{CORE}", *sources, str(TESTS / main)]
+    sources = sorted(str(p) for d in (CORE, BACKENDS) for p in d.glob("*.c"))
+    cmd = [cc, *FLAGS, *extra, f"-I{CORE}", f"-I{BACKENDS}", *sources, str(TESTS / main)]
     cmd += ["-o", str(exe), "-pthread", "-ldl", "-lm"]
     result = subprocess.run(cmd, capture_output=True, text=True, env=native_env())
     if result.returncode != 0:

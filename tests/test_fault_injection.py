@@ -1,7 +1,7 @@
 """Fault injection through the fake driver (tests/fake_driver).
 
 For every driver entry point the CUDA and HIP backends declare (parsed from
-the X-macros of csrc/core/cuda_abi.h and hip_abi.h, so a new entry point is
+the X-macros of csrc/backends/cuda_abi.h and hip_abi.h, so a new entry point is
 covered without editing this file), a child interpreter arms
 ``fake_gpu_fail(name, nth, code)`` and runs a scenario that exercises every
 public operation.  Every failure must be a clean Python exception of a SPEC
@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CORE = REPO_ROOT / "csrc" / "core"
+BACKENDS = REPO_ROOT / "csrc" / "backends"
 FAKE_DIR = REPO_ROOT / "tests" / "fake_driver"
 APIS = ("cuda", "hip")
 
@@ -105,7 +105,7 @@ def entry_points(api):
         "cuda": ("cuda_abi.h", "CUDA_ENTRY_POINTS"),
         "hip": ("hip_abi.h", "HIP_ENTRY_POINTS"),
     }[api]
-    return _expand(_x_macros((CORE / header).read_text()), macro)
+    return _expand(_x_macros((BACKENDS / header).read_text()), macro)
 
 
 @pytest.mark.parametrize("api", APIS)

@@ -52,7 +52,7 @@ def raw_library(tmp_path_factory) -> Path:
 
 
 def test_raw_driver_compiles_without_cuda(raw_library):
-    # -Wall -Wextra -Werror against csrc/core/cuda_abi.h alone (build_raw).
+    # -Wall -Wextra -Werror against csrc/backends/cuda_abi.h alone (build_raw).
     assert raw_library.is_file()
 
 

@@ -1,4 +1,4 @@
-/* Compiles our own driver declarations (csrc/core/cuda_abi.h, hip_abi.h)
+/* Compiles our own driver declarations (csrc/backends/cuda_abi.h, hip_abi.h)
  * against the real SDK headers and fails to compile on any difference: a
  * wrong parameter type, return type or constant cannot hide.  Built by
  * tests/test_abi.py with -DCHECK_CUDA (cuda.h) and/or -DCHECK_HIP

@@ -26,7 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent
-INCLUDE = REPO_ROOT / "csrc" / "core"
+INCLUDE = REPO_ROOT / "csrc" / "backends"
 CFLAGS = [
     "-std=c11",
     "-D_GNU_SOURCE",
