@@ -25,14 +25,21 @@ typedef void (*cu_stream_callback)(cu_stream stream, cu_result status,
 enum {
     MXD_CU_SUCCESS = 0,
     MXD_CU_ERROR_NOT_READY = 600,
+    MXD_CU_ERROR_NOT_PERMITTED = 800,
     MXD_CU_STREAM_NON_BLOCKING = 0x1,
+    MXD_CU_EVENT_BLOCKING_SYNC = 0x1,
     MXD_CU_EVENT_DISABLE_TIMING = 0x2,
     MXD_CU_MEMHOSTALLOC_PORTABLE = 0x1,
     MXD_CU_MEMHOSTALLOC_DEVICEMAP = 0x2,
+    MXD_CU_STREAM_WAIT_VALUE_GEQ = 0x0,
     MXD_CU_STREAM_WAIT_VALUE_EQ = 0x1,
     MXD_CU_DEVICE_ATTRIBUTE_INTEGRATED = 18,
     MXD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     MXD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    /* Drivers before CUDA 12 report 64-bit stream memory operations under
+     * the attribute that CUDA 12 renamed ..._V1. */
+    MXD_CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1 = 93,
+    MXD_CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122,
     MXD_CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
     MXD_CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
 };
@@ -40,12 +47,15 @@ enum {
 /* The entry points: X(name, version, kind, return, parameters).
  *   name     the base name given to cuGetProcAddress
  *   version  the CUDA version whose ABI of `name` we declare (selects the
- *            _v2 variants); dlsym falls back to the versioned symbol names
- *            listed in cuda.c
+ *            _v2 variants); a driver older than that is asked for its own
+ *            version, whose function has the same signature for every
+ *            entry point below.  dlsym falls back to the versioned symbol
+ *            names listed in cuda.c
  *   kind     REQUIRED (the backend cannot work without it) or OPTIONAL (its
  *            absence disables one feature, named in the error) */
 #define CUDA_ENTRY_POINTS(X)                                                   \
     X(cuInit, 2000, REQUIRED, cu_result, (unsigned int flags))                 \
+    X(cuDriverGetVersion, 2020, REQUIRED, cu_result, (int *version))           \
     X(cuGetErrorName, 6000, REQUIRED, cu_result,                               \
       (cu_result error, const char **name))                                    \
     X(cuGetErrorString, 6000, OPTIONAL, cu_result,                             \
@@ -79,6 +89,7 @@ enum {
     X(cuEventRecord, 2000, REQUIRED, cu_result,                                \
       (cu_event event, cu_stream stream))                                      \
     X(cuEventQuery, 2000, REQUIRED, cu_result, (cu_event event))               \
+    X(cuEventSynchronize, 2000, REQUIRED, cu_result, (cu_event event))         \
     X(cuEventElapsedTime, 12080, REQUIRED, cu_result,                          \
       (float *ms, cu_event start, cu_event end))                               \
     X(cuMemHostAlloc, 3020, REQUIRED, cu_result,                               \

@@ -25,12 +25,17 @@ typedef void (*hip_stream_callback)(hip_stream stream, hip_result status,
 enum {
     MXD_HIP_SUCCESS = 0,
     MXD_HIP_ERROR_NOT_READY = 600,
+    MXD_HIP_ERROR_NOT_SUPPORTED = 801,
     MXD_HIP_STREAM_NON_BLOCKING = 0x1,
+    MXD_HIP_EVENT_BLOCKING_SYNC = 0x1,
     MXD_HIP_EVENT_DISABLE_TIMING = 0x2,
     MXD_HIP_HOST_MALLOC_PORTABLE = 0x1,
     MXD_HIP_HOST_MALLOC_MAPPED = 0x2,
+    MXD_HIP_STREAM_WAIT_VALUE_GTE = 0x0,
     MXD_HIP_STREAM_WAIT_VALUE_EQ = 0x1,
     MXD_HIP_DEVICE_ATTRIBUTE_INTEGRATED = 16,
+    /* In the AMD-specific range, the same value in ROCm 5 and 6. */
+    MXD_HIP_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE = 10013,
     MXD_HIP_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
     MXD_HIP_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
 };
@@ -112,6 +117,7 @@ enum { HIP_DEVICE_PROP_BUFFER = 8192 };
     X(hipEventRecord, REQUIRED, hip_result,                                    \
       (hip_event event, hip_stream stream))                                    \
     X(hipEventQuery, REQUIRED, hip_result, (hip_event event))                  \
+    X(hipEventSynchronize, REQUIRED, hip_result, (hip_event event))            \
     X(hipEventElapsedTime, REQUIRED, hip_result,                               \
       (float *ms, hip_event start, hip_event end))                             \
     X(hipHostMalloc, REQUIRED, hip_result,                                     \

@@ -106,6 +106,7 @@ static void fake_init(void)
     cfg->integrated = (int)fake_env_int("FAKE_GPU_INTEGRATED", 0) != 0;
     cfg->peer = (int)fake_env_int("FAKE_GPU_PEER", 1) != 0;
     cfg->init_error = (unsigned)fake_env_int("FAKE_GPU_INIT_ERROR", 0);
+    cfg->driver_version = (int)fake_env_int("FAKE_GPU_DRIVER_VERSION", 13000);
     fake_arm_from_env();
 }
 

@@ -121,6 +121,16 @@ cu_result cuInit(unsigned int flags)
     return FAKE_E_OK;
 }
 
+/* Like the real one, it needs no cuInit. */
+cu_result cuDriverGetVersion(int *version)
+{
+    FAKE_ENTER(cuDriverGetVersion);
+    if (version == NULL)
+        return FAKE_E_INVALID_VALUE;
+    *version = fake_cfg()->driver_version;
+    return FAKE_E_OK;
+}
+
 cu_result cuDevicePrimaryCtxRetain(cu_context *ctx, cu_device dev)
 {
     FAKE_BEGIN(cuDevicePrimaryCtxRetain);

@@ -60,10 +60,8 @@ enum {
     X(cuGetProcAddress)                                                        \
     X(cuDeviceTotalMem)                                                        \
     X(cuStreamSynchronize)                                                     \
-    X(cuEventSynchronize)                                                      \
     X(hipDeviceTotalMem)                                                       \
-    X(hipStreamSynchronize)                                                    \
-    X(hipEventSynchronize)
+    X(hipStreamSynchronize)
 
 #define FAKE_ID_CU(name, version, kind, ret, params) FAKE_ID_##name,
 #define FAKE_ID_HIP(name, kind, ret, params) FAKE_ID_##name,
@@ -122,6 +120,7 @@ typedef struct fake_config {
     int integrated;
     int peer;
     unsigned init_error;
+    int driver_version; /* cuDriverGetVersion, e.g. 13000 for CUDA 13.0 */
 } fake_config;
 
 const fake_config *fake_cfg(void);
