@@ -31,6 +31,8 @@ typedef enum mxd_status {
                         already knows why, e.g. a pending signal)           */
     MXD_NO_MEMORY,   /* allocation failed                    -> MemoryError */
     MXD_IMPORT,      /* a forced backend cannot be used      -> ImportError  */
+    MXD_BAD_TYPE,    /* an argument of the wrong kind        -> TypeError    */
+    MXD_OUT_OF_RANGE, /* an index outside its dimension      -> IndexError   */
 } mxd_status;
 
 typedef struct mxd_error {

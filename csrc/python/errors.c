@@ -12,6 +12,8 @@ static PyObject *exception_for(mxd_status status)
     case MXD_TIMEOUT: return PyExc_TimeoutError;
     case MXD_NO_MEMORY: return PyExc_MemoryError;
     case MXD_IMPORT: return PyExc_ImportError;
+    case MXD_BAD_TYPE: return PyExc_TypeError;
+    case MXD_OUT_OF_RANGE: return PyExc_IndexError;
     case MXD_OK:
     case MXD_INTERRUPTED: break;
     }
