@@ -28,11 +28,10 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* Blocking waits the benchmarks compare against; the project itself never
- * calls them (its waits are interruptible). */
+/* The blocking stream wait the benchmarks compare against; the project
+ * itself never calls it (its waits record an event and wait for that). */
 #define RAW_EXTRA_ENTRY_POINTS(X)                                              \
-    X(cuStreamSynchronize, 2000, REQUIRED, cu_result, (cu_stream stream))      \
-    X(cuEventSynchronize, 2000, REQUIRED, cu_result, (cu_event event))
+    X(cuStreamSynchronize, 2000, REQUIRED, cu_result, (cu_stream stream))
 
 #define DECLARE_ENTRY(name, version, kind, ret, params) ret(*name) params;
 static struct {

@@ -736,6 +736,17 @@ static mxd_status cpu_can_access(const mxd_device *dev, const mxd_device *peer,
     return MXD_OK;
 }
 
+/* Gates and host functions are the CPU queues' own work items. */
+static mxd_status cpu_features(const mxd_device *dev, mxd_device_features *out,
+                               mxd_error *err)
+{
+    (void)dev;
+    (void)err;
+    out->stream_memory_ops = true;
+    out->host_fns_on_workers = true;
+    return MXD_OK;
+}
+
 const mxd_backend mxd_cpu_backend = {
     .api = "cpu",
     .is_host_unified = cpu_is_host_unified,
@@ -743,6 +754,7 @@ const mxd_backend mxd_cpu_backend = {
     .model_name = cpu_model_name,
     .memory = cpu_memory,
     .can_access = cpu_can_access,
+    .features = cpu_features,
     .queue_create = cpu_queue_create,
     .queue_destroy = cpu_queue_destroy,
     .queue_native = cpu_queue_native,

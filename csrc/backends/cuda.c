@@ -47,9 +47,9 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_event_destroy cuEventDestroy
 #define API_event_record cuEventRecord
 #define API_event_query cuEventQuery
+#define API_event_synchronize cuEventSynchronize
 #define API_event_elapsed cuEventElapsedTime
 #define API_host_alloc cuMemHostAlloc
-#define API_host_free cuMemFreeHost
 #define API_device_attribute cuDeviceGetAttribute
 #define API_device_name cuDeviceGetName
 #define API_mem_info cuMemGetInfo
@@ -57,10 +57,14 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_can_access_peer cuDeviceCanAccessPeer
 #define API_launch_host_fn cuLaunchHostFunc
 #define API_add_callback cuStreamAddCallback
+#define API_wait_value cuStreamWaitValue64
+#define API_MEM_OPS_ATTRIBUTE                                                  \
+    "CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS"
 
 #define API_SUCCESS MXD_CU_SUCCESS
 #define API_NOT_READY MXD_CU_ERROR_NOT_READY
 #define API_STREAM_NON_BLOCKING MXD_CU_STREAM_NON_BLOCKING
+#define API_EVENT_BLOCKING_SYNC MXD_CU_EVENT_BLOCKING_SYNC
 #define API_EVENT_DISABLE_TIMING MXD_CU_EVENT_DISABLE_TIMING
 #define API_HOST_ALLOC_MAPPED                                                  \
     (MXD_CU_MEMHOSTALLOC_PORTABLE | MXD_CU_MEMHOSTALLOC_DEVICEMAP)
@@ -105,13 +109,21 @@ static const char *error_text(cu_result rc)
 /* ---- Loading ---------------------------------------------------------------
  */
 
+/* The driver's CUDA version (cuDriverGetVersion needs no cuInit), or 0. */
+static int driver_version;
+
 /* With cuGetProcAddress_v2, ask for each entry point at the CUDA version
- * whose ABI we declare; otherwise (or when it fails) take the ABI-stable
- * exported name: the _v2 variant where one exists, else the plain one. */
+ * whose ABI we declare, or at the driver's own version when that is older
+ * (the driver refuses a newer one with CUDA_ERROR_INVALID_VALUE; the older
+ * functions we may get have the signatures we declare); otherwise (or
+ * when it fails) take the ABI-stable exported name: the _v2 variant where
+ * one exists, else the plain one. */
 static void *resolve(void *lib, cu_get_proc_address_fn get_proc,
                      const char *name, int version)
 {
     void *fn = NULL;
+    if (driver_version > 0 && version > driver_version)
+        version = driver_version;
     if (get_proc && get_proc(name, &fn, version, 0, NULL) == MXD_CU_SUCCESS &&
         fn)
         return fn;
@@ -125,6 +137,10 @@ static bool api_resolve(void *lib, char *reason, size_t size)
 {
     cu_get_proc_address_fn get_proc =
         (cu_get_proc_address_fn)(uintptr_t)dlsym(lib, "cuGetProcAddress_v2");
+    cu_result (*get_version)(int *) =
+        (cu_result(*)(int *))(uintptr_t)dlsym(lib, "cuDriverGetVersion");
+    if (!get_version || get_version(&driver_version) != MXD_CU_SUCCESS)
+        driver_version = 0;
 #define RESOLVE(name, version, kind, ret, params)                              \
     drv.name =                                                                 \
         (ret(*) params)(uintptr_t)resolve(lib, get_proc, #name, version);      \
@@ -135,6 +151,11 @@ static bool api_resolve(void *lib, char *reason, size_t size)
     CUDA_ENTRY_POINTS(RESOLVE)
 #undef RESOLVE
     return true;
+}
+
+static int api_driver_version(void)
+{
+    return driver_version;
 }
 
 /* ---- Devices and contexts ------------------------------------------------ */
@@ -196,14 +217,43 @@ static mxd_status api_host_device_ptr(uintptr_t *device, void *host,
     return st;
 }
 
-static mxd_status api_wait_value_eq(gpu_stream s, uintptr_t device_ptr,
-                                    uint64_t value, mxd_error *err)
+/* Whether cuStreamWaitValue64 works on this device: CUDA 12 reports it
+ * under a new attribute, older drivers under the one CUDA 12 renamed _V1. */
+static bool api_can_wait_value(api_device *d)
+{
+    int value = 0;
+    if (!drv.cuStreamWaitValue64)
+        return false;
+    if (drv.cuDeviceGetAttribute(
+            &value, MXD_CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+            d->handle) != MXD_CU_SUCCESS &&
+        drv.cuDeviceGetAttribute(
+            &value, MXD_CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1,
+            d->handle) != MXD_CU_SUCCESS)
+        value = 0;
+    return value != 0;
+}
+
+static mxd_status wait_value(gpu_stream s, uintptr_t device_ptr, uint64_t value,
+                             unsigned flags, mxd_error *err)
 {
     if (!drv.cuStreamWaitValue64)
         return missing("cuStreamWaitValue64 (stream memory operations)", err);
-    return check(drv.cuStreamWaitValue64(s, device_ptr, value,
-                                         MXD_CU_STREAM_WAIT_VALUE_EQ),
+    return check(drv.cuStreamWaitValue64(s, device_ptr, value, flags),
                  "cuStreamWaitValue64", err);
+}
+
+static mxd_status api_wait_value_eq(gpu_stream s, uintptr_t device_ptr,
+                                    uint64_t value, mxd_error *err)
+{
+    return wait_value(s, device_ptr, value, MXD_CU_STREAM_WAIT_VALUE_EQ, err);
+}
+
+/* Wrap-safe: (int64_t)(*addr - value) >= 0. */
+static mxd_status api_wait_value_geq(gpu_stream s, uintptr_t device_ptr,
+                                     uint64_t value, mxd_error *err)
+{
+    return wait_value(s, device_ptr, value, MXD_CU_STREAM_WAIT_VALUE_GEQ, err);
 }
 
 #include "gpu_backend.inc"

@@ -46,9 +46,9 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_event_destroy hipEventDestroy
 #define API_event_record hipEventRecord
 #define API_event_query hipEventQuery
+#define API_event_synchronize hipEventSynchronize
 #define API_event_elapsed hipEventElapsedTime
 #define API_host_alloc hipHostMalloc
-#define API_host_free hipHostFree
 #define API_device_attribute hipDeviceGetAttribute
 #define API_device_name hipDeviceGetName
 #define API_mem_info hipMemGetInfo
@@ -56,10 +56,13 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_can_access_peer hipDeviceCanAccessPeer
 #define API_launch_host_fn hipLaunchHostFunc
 #define API_add_callback hipStreamAddCallback
+#define API_wait_value hipStreamWaitValue64
+#define API_MEM_OPS_ATTRIBUTE "hipDeviceAttributeCanUseStreamWaitValue"
 
 #define API_SUCCESS MXD_HIP_SUCCESS
 #define API_NOT_READY MXD_HIP_ERROR_NOT_READY
 #define API_STREAM_NON_BLOCKING MXD_HIP_STREAM_NON_BLOCKING
+#define API_EVENT_BLOCKING_SYNC MXD_HIP_EVENT_BLOCKING_SYNC
 #define API_EVENT_DISABLE_TIMING MXD_HIP_EVENT_DISABLE_TIMING
 #define API_HOST_ALLOC_MAPPED                                                  \
     (MXD_HIP_HOST_MALLOC_PORTABLE | MXD_HIP_HOST_MALLOC_MAPPED)
@@ -104,6 +107,12 @@ static bool api_resolve(void *lib, char *reason, size_t size)
     HIP_ENTRY_POINTS(RESOLVE)
 #undef RESOLVE
     return true;
+}
+
+/* The HIP runtime has no CUDA-style driver version to report. */
+static int api_driver_version(void)
+{
+    return 0;
 }
 
 /* ---- Devices
@@ -173,15 +182,36 @@ static mxd_status api_host_device_ptr(uintptr_t *device, void *host,
     return st;
 }
 
-static mxd_status api_wait_value_eq(gpu_stream s, uintptr_t device_ptr,
-                                    uint64_t value, mxd_error *err)
+static bool api_can_wait_value(api_device *d)
+{
+    int value = 0;
+    return drv.hipStreamWaitValue64 &&
+           drv.hipDeviceGetAttribute(
+               &value, MXD_HIP_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE,
+               d->handle) == MXD_HIP_SUCCESS &&
+           value != 0;
+}
+
+static mxd_status wait_value(gpu_stream s, uintptr_t device_ptr, uint64_t value,
+                             unsigned flags, mxd_error *err)
 {
     if (!drv.hipStreamWaitValue64)
         return missing("hipStreamWaitValue64 (stream memory operations)", err);
-    return check(drv.hipStreamWaitValue64(s, (void *)device_ptr, value,
-                                          MXD_HIP_STREAM_WAIT_VALUE_EQ,
+    return check(drv.hipStreamWaitValue64(s, (void *)device_ptr, value, flags,
                                           UINT64_MAX),
                  "hipStreamWaitValue64", err);
+}
+
+static mxd_status api_wait_value_eq(gpu_stream s, uintptr_t device_ptr,
+                                    uint64_t value, mxd_error *err)
+{
+    return wait_value(s, device_ptr, value, MXD_HIP_STREAM_WAIT_VALUE_EQ, err);
+}
+
+static mxd_status api_wait_value_geq(gpu_stream s, uintptr_t device_ptr,
+                                     uint64_t value, mxd_error *err)
+{
+    return wait_value(s, device_ptr, value, MXD_HIP_STREAM_WAIT_VALUE_GTE, err);
 }
 
 #include "gpu_backend.inc"

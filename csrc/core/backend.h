@@ -50,6 +50,7 @@ struct mxd_flag {
     _Atomic uint64_t *slot; /* the 8 bytes the device reads */
     uintptr_t device_ptr;   /* the slot's device-visible address */
     mxd_notifier changed;   /* host waiters on the slot (CPU queues) */
+    void *backend_data;     /* e.g. the pinned-pool slot holding `slot` */
 };
 
 struct mxd_backend {
@@ -65,6 +66,8 @@ struct mxd_backend {
                          mxd_error *err);
     mxd_status (*can_access)(const mxd_device *dev, const mxd_device *peer,
                              bool *out, mxd_error *err);
+    mxd_status (*features)(const mxd_device *dev, mxd_device_features *out,
+                           mxd_error *err);
 
     /* Queues: create returns an object whose generic part is zeroed; the
      * generic layer fills it in. */
@@ -72,10 +75,12 @@ struct mxd_backend {
                                mxd_error *err);
     void (*queue_destroy)(mxd_queue *q);
     /* Optional.  Called when the last reference is gone: returns true when
-     * the backend keeps the queue because work is still pending, taking a
-     * reference it releases once that work completes (so that
-     * device.synchronize() still waits for it). */
+     * the backend takes the queue over, setting its count to 1 (so that
+     * device.synchronize() still finds and waits for it) and later calling
+     * mxd_queue_finish_retire once nobody else retained it meanwhile. */
     bool (*queue_retire)(mxd_queue *q);
+    /* Optional (NULL: never).  See mxd_queue_enqueue_may_block. */
+    bool (*enqueue_may_block)(const mxd_queue *q);
     uintptr_t (*queue_native)(const mxd_queue *q);
     bool (*queue_is_idle)(const mxd_queue *q);
     mxd_status (*queue_synchronize)(mxd_queue *q, const mxd_wait *wait,
@@ -175,6 +180,9 @@ void mxd_devices_fork_child(void);
 void mxd_selection_fork_prepare(void);
 void mxd_selection_fork_parent(void);
 void mxd_selection_fork_child(void);
+
+/* Unlinks a retired queue from its device and destroys it (queue.c). */
+void mxd_queue_finish_retire(mxd_queue *q);
 
 /* MXD_OK when new objects may be made on dev in this process. */
 mxd_status mxd_device_check(const mxd_device *dev, mxd_error *err);

@@ -118,6 +118,15 @@ mxd_status mxd_device_max_alloc(const mxd_device *dev, uint64_t *out,
     return st;
 }
 
+mxd_status mxd_device_features_of(const mxd_device *dev,
+                                  mxd_device_features *out, mxd_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (mxd_device_check(dev, err) != MXD_OK)
+        return MXD_UNAVAILABLE;
+    return dev->ops->features(dev, out, err);
+}
+
 mxd_status mxd_device_can_access(const mxd_device *dev, const mxd_device *peer,
                                  bool *out, mxd_error *err)
 {

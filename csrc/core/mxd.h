@@ -23,15 +23,15 @@ extern "C" {
 /* What went wrong, chosen so that each value maps to one Python exception. */
 typedef enum mxd_status {
     MXD_OK = 0,
-    MXD_INVALID,     /* wrong device or invalid state       -> ValueError   */
-    MXD_DRIVER,      /* the driver failed (name and code)   -> ValueError   */
-    MXD_UNAVAILABLE, /* feature or result not available     -> RuntimeError */
-    MXD_TIMEOUT,     /* a wait ran past its timeout         -> TimeoutError */
-    MXD_INTERRUPTED, /* the wait's poll callback asked to stop (the caller
-                        already knows why, e.g. a pending signal)           */
-    MXD_NO_MEMORY,   /* allocation failed                    -> MemoryError */
-    MXD_IMPORT,      /* a forced backend cannot be used      -> ImportError  */
-    MXD_BAD_TYPE,    /* an argument of the wrong kind        -> TypeError    */
+    MXD_INVALID,      /* wrong device or invalid state       -> ValueError   */
+    MXD_DRIVER,       /* the driver failed (name and code)   -> ValueError   */
+    MXD_UNAVAILABLE,  /* feature or result not available     -> RuntimeError */
+    MXD_TIMEOUT,      /* a wait ran past its timeout         -> TimeoutError */
+    MXD_INTERRUPTED,  /* the wait's poll callback asked to stop (the caller
+                         already knows why, e.g. a pending signal)           */
+    MXD_NO_MEMORY,    /* allocation failed                    -> MemoryError */
+    MXD_IMPORT,       /* a forced backend cannot be used      -> ImportError  */
+    MXD_BAD_TYPE,     /* an argument of the wrong kind        -> TypeError    */
     MXD_OUT_OF_RANGE, /* an index outside its dimension      -> IndexError   */
 } mxd_status;
 
@@ -49,7 +49,9 @@ typedef struct mxd_flag mxd_flag;
 
 /* How to wait: every blocking call waits in bounded slices and calls
  * `poll` between them (with no lock held); a non-zero return stops the wait
- * with MXD_INTERRUPTED.  `timeout` < 0 waits forever. */
+ * with MXD_INTERRUPTED.  `timeout` < 0 waits forever.  `poll` NULL says
+ * there is nothing to poll for (not the main thread): with no timeout
+ * either, a backend may then block in the driver's own wait. */
 typedef struct mxd_wait {
     double timeout;
     int (*poll)(void *ctx);
@@ -134,6 +136,19 @@ mxd_queue *mxd_device_default_queue(mxd_device *dev, mxd_error *err);
 mxd_status mxd_device_synchronize(mxd_device *dev, const mxd_wait *wait,
                                   mxd_error *err);
 
+/* What the device's driver supports, probed when it was opened. */
+typedef struct mxd_device_features {
+    int driver_version;     /* e.g. 12040 for CUDA 12.4; 0 when unknown */
+    bool stream_memory_ops; /* wait_for_host_value works */
+    const char *host_fn_entry_point; /* NULL when the driver has none */
+    /* Python host functions run on our worker threads (true), or on the
+     * driver's callback thread, where no other call is allowed (false). */
+    bool host_fns_on_workers;
+} mxd_device_features;
+
+mxd_status mxd_device_features_of(const mxd_device *dev,
+                                  mxd_device_features *out, mxd_error *err);
+
 /* ---- Queues ------------------------------------------------------------ */
 
 mxd_status mxd_queue_create(mxd_device *dev, mxd_queue **out, mxd_error *err);
@@ -143,6 +158,11 @@ mxd_device *mxd_queue_device(const mxd_queue *q);
 bool mxd_queue_is_default(const mxd_queue *q);
 /* The CUstream / hipStream_t; 0 on CPU. */
 uintptr_t mxd_queue_native_handle(const mxd_queue *q);
+/* True when an enqueue on q may block until the device makes progress that
+ * needs another thread (a full driver queue behind a host function or a
+ * gate on a host value): the caller must then not hold a lock that thread
+ * needs, such as Python's GIL.  One atomic load. */
+bool mxd_queue_enqueue_may_block(const mxd_queue *q);
 
 /* True for a queue created before os.fork() in this (child) process: it
  * cannot be used here (every operation fails with a RuntimeError). */
@@ -204,6 +224,13 @@ uintptr_t mxd_flag_device_ptr(const mxd_flag *flag);
 /* Release store; works on any flag (after a fork it only stores). */
 void mxd_flag_signal(mxd_flag *flag, uint64_t value);
 uint64_t mxd_flag_load(const mxd_flag *flag); /* acquire load */
+
+/* ---- Cleanup --------------------------------------------------------- */
+
+/* Destroys and frees the driver refused, done where nobody could be told
+ * (on the core's cleanup thread): how many, and the last one's message
+ * (copied into last[size]). */
+size_t mxd_cleanup_failures(char *last, size_t size);
 
 #ifdef __cplusplus
 }

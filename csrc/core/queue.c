@@ -55,9 +55,19 @@ void mxd_queue_release(mxd_queue *q)
     if (mxd_stale(q->epoch))
         return; /* its locks and threads are the parent's: leak it */
     if (q->ops->queue_retire && q->ops->queue_retire(q))
-        return; /* kept until its pending work completes */
+        return; /* the backend finishes it once its work completed */
+    mxd_queue_finish_retire(q);
+}
+
+void mxd_queue_finish_retire(mxd_queue *q)
+{
     unlink_queue(q->device, q);
     q->ops->queue_destroy(q);
+}
+
+bool mxd_queue_enqueue_may_block(const mxd_queue *q)
+{
+    return q->ops->enqueue_may_block && q->ops->enqueue_may_block(q);
 }
 
 mxd_device *mxd_queue_device(const mxd_queue *q)

@@ -380,13 +380,6 @@ int binding_wait_setup(void)
     return PyErr_Occurred() ? -1 : 0;
 }
 
-/* Off the main thread there is nothing to check between wait slices. */
-static int poll_nothing(void *ctx)
-{
-    (void)ctx;
-    return 0;
-}
-
 static int poll_signals(void *ctx)
 {
     binding_wait *w = ctx;
@@ -404,7 +397,9 @@ void binding_wait_init(binding_wait *w, double timeout)
         w->wait.poll = poll_signals;
         w->wait.ctx = w;
     } else {
-        w->wait.poll = poll_nothing;
+        /* Signal handlers run only on the main thread: nothing to poll
+         * for, so without a timeout the core may block in the driver. */
+        w->wait.poll = NULL;
         w->wait.ctx = NULL;
     }
 }

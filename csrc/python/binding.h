@@ -165,6 +165,21 @@ void binding_wait_acquire_gil(binding_wait *w);
 /* Remembers which thread is the main one (signal handlers run only there). */
 int binding_wait_setup(void);
 
+/* Runs `statement`, an enqueue on `queue`, with the GIL released when the
+ * core says the enqueue may block (a full GPU queue behind work that needs
+ * a host thread, which may need the GIL); otherwise with the GIL held,
+ * which is cheaper.  The statement must not touch Python objects. */
+#define BINDING_ENQUEUE(queue, statement)                                      \
+    do {                                                                       \
+        if (mxd_queue_enqueue_may_block(queue)) {                              \
+            Py_BEGIN_ALLOW_THREADS                                             \
+                statement;                                                     \
+            Py_END_ALLOW_THREADS                                               \
+        } else {                                                               \
+            statement;                                                         \
+        }                                                                      \
+    } while (0)
+
 /* ---- Host functions (hostfn.c) ----------------------------------------- */
 
 extern const mxd_host_runner binding_host_runner;

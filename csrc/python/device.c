@@ -430,6 +430,26 @@ static PyObject *device_reduce(PyObject *self, PyObject *unused)
                          mxd_device_id(dev_of(self)));
 }
 
+static PyObject *device_capabilities(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    mxd_device_features f;
+    mxd_error err;
+    if (mxd_device_features_of(dev_of(self), &f, &err) != MXD_OK)
+        return binding_raise(&err);
+    const char *host_fns =
+        !f.host_fn_entry_point && !mxd_device_is_host(dev_of(self))
+            ? "unavailable"
+        : f.host_fns_on_workers ? "worker threads"
+                                : "driver callback thread";
+    return Py_BuildValue("{s:i,s:O,s:s,s:s}", "driver_version",
+                         f.driver_version, "stream_memory_operations",
+                         f.stream_memory_ops ? Py_True : Py_False,
+                         "host_function_entry_point",
+                         f.host_fn_entry_point ? f.host_fn_entry_point : "",
+                         "python_host_functions_run_on", host_fns);
+}
+
 static PyObject *device_context_ptr(PyObject *self, PyObject *unused)
 {
     (void)unused;
@@ -468,6 +488,14 @@ static PyMethodDef device_methods[] = {
     {"_device_context_ptr", device_context_ptr, METH_NOARGS,
      BINDING_DOC("_device_context_ptr", "($self, /)",
                  "The address of the native device object.")},
+    {"_capabilities", device_capabilities, METH_NOARGS,
+     BINDING_DOC("_capabilities", "($self, /)",
+                 "What the device's driver supports, probed when it was "
+                 "opened: a dict with driver_version (0 when unknown), "
+                 "stream_memory_operations, host_function_entry_point ('' "
+                 "when none or on the CPU) and python_host_functions_run_on "
+                 "('worker threads', 'driver callback thread' or "
+                 "'unavailable').")},
     {"__reduce__", device_reduce, METH_NOARGS,
      BINDING_DOC("__reduce__", "($self, /)",
                  "Copies and pickles refer to the same cached device.")},

@@ -108,7 +108,9 @@ PyObject *binding_enqueue_host_fn(const char *fname, mxd_queue *queue,
         return NULL;
     mxd_host_fn work = {host_fn_run, host_fn_discard, Py_NewRef(fn)};
     mxd_error err;
-    if (mxd_queue_host_fn(queue, work, &err) != MXD_OK) {
+    mxd_status status;
+    BINDING_ENQUEUE(queue, status = mxd_queue_host_fn(queue, work, &err));
+    if (status != MXD_OK) {
         Py_DECREF(fn); /* on failure the caller still owns the data */
         return binding_raise(&err);
     }
@@ -145,9 +147,12 @@ PyObject *binding_enqueue_async_host_fn(binding_state *st, const char *fname,
 
     PyObject *fn = argv[0];
     mxd_host_fn work = {host_fn_run, host_fn_discard, Py_NewRef(fn)};
+    mxd_flag *flag = ((FlagObject *)argv[1])->flag;
     mxd_error err;
-    if (mxd_queue_async_host_fn(queue, work, ((FlagObject *)argv[1])->flag,
-                                value, &err) != MXD_OK) {
+    mxd_status status;
+    BINDING_ENQUEUE(queue, status = mxd_queue_async_host_fn(queue, work, flag,
+                                                            value, &err));
+    if (status != MXD_OK) {
         Py_DECREF(fn);
         return binding_raise(&err);
     }

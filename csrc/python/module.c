@@ -52,6 +52,15 @@ static PyObject *backend_selection(PyObject *module, PyObject *unused)
     return list;
 }
 
+static PyObject *cleanup_failures(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    char last[sizeof((mxd_error *)0)->message];
+    size_t count = mxd_cleanup_failures(last, sizeof last);
+    return Py_BuildValue("(ns)", (Py_ssize_t)count, last);
+}
+
 static PyMethodDef module_methods[] = {
     {"accelerator_count", accelerator_count, METH_NOARGS,
      BINDING_DOC("accelerator_count", "()",
@@ -66,6 +75,11 @@ static PyMethodDef module_methods[] = {
                  "How the accelerator backend was chosen at import: one dict "
                  "per backend considered, in order, with keys api, library, "
                  "loaded, device_count, error and chosen.")},
+    {"_cleanup_failures", cleanup_failures, METH_NOARGS,
+     BINDING_DOC("_cleanup_failures", "()",
+                 "(count, last message) of the driver destroys and frees "
+                 "that failed on the core's cleanup thread, where no "
+                 "exception can reach anyone.")},
     {"__unsafe_pack_py_host_func",
      (PyCFunction)(void (*)(void))binding_pack_host_fn,
      METH_FASTCALL | METH_KEYWORDS,

@@ -35,8 +35,14 @@ static PyObject *queue_tp_new(PyTypeObject *type, PyObject *args,
         return NULL;
     mxd_queue *queue;
     mxd_error err;
-    if (mxd_queue_create(((DeviceObject *)device)->device, &queue, &err) !=
-        MXD_OK)
+    mxd_device *dev = ((DeviceObject *)device)->device;
+    mxd_status status;
+    /* A GPU queue may need pinned memory, whose allocation may wait for
+     * the device, whose work may wait for a host function. */
+    Py_BEGIN_ALLOW_THREADS
+        status = mxd_queue_create(dev, &queue, &err);
+    Py_END_ALLOW_THREADS
+    if (status != MXD_OK)
         return binding_raise(&err);
     return binding_queue_wrap(st, queue);
 }
@@ -161,8 +167,10 @@ static PyObject *record_new_event(PyObject *self)
     if (event == NULL)
         return NULL;
     mxd_error err;
-    if (mxd_queue_record(queue, ((EventObject *)event)->event, &err) !=
-        MXD_OK) {
+    mxd_event *ev = ((EventObject *)event)->event;
+    mxd_status status;
+    BINDING_ENQUEUE(queue, status = mxd_queue_record(queue, ev, &err));
+    if (status != MXD_OK) {
         Py_DECREF(event);
         return binding_raise(&err);
     }
@@ -172,8 +180,11 @@ static PyObject *record_new_event(PyObject *self)
 static PyObject *record_existing_event(PyObject *self, PyObject *event)
 {
     mxd_error err; /* the core checks the event's device */
-    if (mxd_queue_record(queue_of(self), ((EventObject *)event)->event, &err) !=
-        MXD_OK)
+    mxd_queue *queue = queue_of(self);
+    mxd_event *ev = ((EventObject *)event)->event;
+    mxd_status status;
+    BINDING_ENQUEUE(queue, status = mxd_queue_record(queue, ev, &err));
+    if (status != MXD_OK)
         return binding_raise(&err);
     Py_RETURN_NONE;
 }
@@ -213,7 +224,10 @@ static const char *const wait_for_overloads[] = {
 static PyObject *wait_for_queue(PyObject *self, mxd_queue *other)
 {
     mxd_error err; /* waiting for oneself is a no-op in the core */
-    if (mxd_queue_wait_queue(queue_of(self), other, &err) != MXD_OK)
+    mxd_queue *queue = queue_of(self);
+    mxd_status status;
+    BINDING_ENQUEUE(queue, status = mxd_queue_wait_queue(queue, other, &err));
+    if (status != MXD_OK)
         return binding_raise(&err);
     Py_RETURN_NONE;
 }
@@ -229,8 +243,11 @@ static PyObject *wait_for_device(PyObject *self, PyObject *device)
 static PyObject *wait_for_event(PyObject *self, PyObject *event)
 {
     mxd_error err;
-    if (mxd_queue_wait_event(queue_of(self), ((EventObject *)event)->event,
-                             &err) != MXD_OK)
+    mxd_queue *queue = queue_of(self);
+    mxd_event *ev = ((EventObject *)event)->event;
+    mxd_status status;
+    BINDING_ENQUEUE(queue, status = mxd_queue_wait_event(queue, ev, &err));
+    if (status != MXD_OK)
         return binding_raise(&err);
     Py_RETURN_NONE;
 }
@@ -299,8 +316,12 @@ static PyObject *queue_wait_for_host_value(PyObject *self,
         binding_parse_u64(fname, "value", argv[1], &value) < 0)
         return NULL;
     mxd_error err; /* the core checks the flag's device */
-    if (mxd_queue_wait_value(queue_of(self), ((FlagObject *)argv[0])->flag,
-                             value, &err) != MXD_OK)
+    mxd_queue *queue = queue_of(self);
+    mxd_flag *flag = ((FlagObject *)argv[0])->flag;
+    mxd_status status;
+    BINDING_ENQUEUE(queue,
+                    status = mxd_queue_wait_value(queue, flag, value, &err));
+    if (status != MXD_OK)
         return binding_raise(&err);
     Py_RETURN_NONE;
 }

@@ -76,7 +76,33 @@ def _print_devices() -> list[Device]:
             if name == "architecture_name" and dev.is_host:
                 continue  # the CPU has none
             print(f"    {name}: {_property(dev, name)}")
+        if not dev.is_host:
+            _print_capabilities(dev)
     return devices
+
+
+def _print_capabilities(dev: Device) -> None:
+    """What the driver supports on this GPU (see docs/gpu-drivers.md)."""
+    caps = dev._capabilities()
+    version = caps["driver_version"]
+    print(
+        f"    driver_version: {version // 1000}.{version % 1000 // 10}"
+        if version
+        else "    driver_version: unknown"
+    )
+    print(f"    stream_memory_operations: {_yes_no(caps['stream_memory_operations'])}")
+    print(
+        f"    host_function_entry_point: {caps['host_function_entry_point'] or 'none'}"
+    )
+    print(f"    python_host_functions_run_on: {caps['python_host_functions_run_on']}")
+
+
+def _print_cleanup_failures() -> None:
+    from max._core import driver as core
+
+    count, last = core._cleanup_failures()
+    if count:
+        print(f"Driver cleanup failures: {count} (last: {last})")
 
 
 def _check_order() -> tuple[bool, str]:
@@ -183,6 +209,7 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001 - the check reports any failure
         print(f"  self-check raised {type(exc).__name__}: {exc}")
         ok = False
+    _print_cleanup_failures()
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
