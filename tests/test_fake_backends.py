@@ -336,6 +336,26 @@ t0 = time.monotonic()
 while g.load() != 5 and time.monotonic() - t0 < 20:
     time.sleep(0.01)
 out["async_flag"] = g.load()
+# Host functions run on the driver's callback thread here, where every call
+# into a GPU device is refused instead of failing in the driver.
+inside = []
+def fn():
+    for name, call in [
+        ("record", q.record_event),
+        ("queue", lambda: DeviceQueue(acc)),
+        ("flag", lambda: CompletionFlag(acc)),
+        ("sync", lambda: q.synchronize(timeout=1)),
+    ]:
+        try:
+            call()
+            inside.append([name, None])
+        except Exception as e:
+            inside.append([name, type(e).__name__, str(e)])
+    inside.append(["plain python", sum(range(10))])
+getattr(q, "__unsafe_enqueue_py_host_func")(fn)
+q.synchronize(timeout=20)
+out["inside"] = inside
+out["caps"] = acc._capabilities()
 print("JSON" + json.dumps(out))
 """
 
@@ -354,6 +374,12 @@ def test_no_stream_wait_value(fake_builds, api):
     assert out["flag"] == 4
     assert out["ran"][:1] == [1]
     assert out["async_flag"] == 5
+    assert out["caps"]["stream_memory_operations"] is False
+    assert out["caps"]["python_host_functions_run_on"] == "driver callback thread"
+    assert out["inside"][-1] == ["plain python", 45], out
+    for entry in out["inside"][:-1]:
+        assert entry[1] == "RuntimeError", entry
+        assert "callback thread" in entry[2], entry
 
 
 # --------------------------------------------------------------------------
@@ -444,3 +470,8 @@ def test_cli_lists_fake_devices(fake_lib):
     assert str(fake_lib) in r.stdout, _output(r)
     assert "Fake GPU 0" in r.stdout and "Fake GPU 1" in r.stdout, _output(r)
     assert "sm_90" in r.stdout, _output(r)
+    # The probes of docs/gpu-drivers.md, for every GPU.
+    assert r.stdout.count("stream_memory_operations: yes") == 2, _output(r)
+    assert r.stdout.count("host_function_entry_point: cuLaunchHostFunc") == 2
+    assert r.stdout.count("python_host_functions_run_on: worker threads") == 2
+    assert "driver_version: 13.0" in r.stdout, _output(r)

@@ -163,6 +163,49 @@ def test_elapsed_time_across_queues_of_a_device(acc):
     assert type(a.elapsed_time(b)) is float
 
 
+def test_elapsed_time_across_devices_runtime_error(acc, acc1):
+    """SPEC §5: a pair that cannot be timed is a RuntimeError with the
+    reason, not the driver's invalid-handle error."""
+    a = DeviceEvent(acc, enable_timing=True)
+    b = DeviceEvent(acc1, enable_timing=True)
+    DeviceQueue(acc).record_event(a)
+    DeviceQueue(acc1).record_event(b)
+    a.synchronize(timeout=WAIT)
+    b.synchronize(timeout=WAIT)
+    for x, y in ((a, b), (b, a)):
+        with pytest.raises(RuntimeError, match="different devices"):
+            x.elapsed_time(y)
+
+
+def test_elapsed_time_racing_a_re_record(acc, aq, gate):
+    """Another thread re-records the end event between the checks and the
+    driver call: RuntimeError (not yet complete), never ValueError."""
+    a = DeviceEvent(acc, enable_timing=True)
+    b = DeviceEvent(acc, enable_timing=True)
+    aq.record_event(a)
+    aq.record_event(b)
+    aq.synchronize(timeout=WAIT)
+    f = gate(aq)
+    stop = threading.Event()
+
+    def re_record():
+        while not stop.is_set():
+            aq.record_event(b)
+
+    t = threading.Thread(target=re_record)
+    t.start()
+    try:
+        for _ in range(200):
+            try:
+                a.elapsed_time(b)
+            except RuntimeError:
+                pass
+    finally:
+        stop.set()
+        t.join()
+        f.signal(1)
+
+
 def test_elapsed_time_timing_disabled(acc, aq):
     timed = DeviceEvent(acc, enable_timing=True)
     untimed = DeviceEvent(acc)

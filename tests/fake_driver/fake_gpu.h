@@ -46,6 +46,7 @@ enum {
     FAKE_CU_ATTR_CC_MAJOR = 75,
     FAKE_CU_ATTR_CC_MINOR = 76,
     FAKE_HIP_ATTR_INTEGRATED = 16, /* hipDeviceAttributeIntegrated */
+    FAKE_HIP_ATTR_CAN_USE_STREAM_WAIT_VALUE = 10013,
 };
 
 /* ---- Entry point identities ----------------------------------------- */

@@ -109,11 +109,12 @@ hip_result hipDeviceGetAttribute(int *value, hip_device_attribute attrib,
                                  int dev)
 {
     FAKE_BEGIN(hipDeviceGetAttribute);
-    if (value == NULL || attrib != FAKE_HIP_ATTR_INTEGRATED)
+    if (value == NULL || (attrib != FAKE_HIP_ATTR_INTEGRATED &&
+                          attrib != FAKE_HIP_ATTR_CAN_USE_STREAM_WAIT_VALUE))
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev))
         return FAKE_E_INVALID_DEVICE;
-    *value = fake_cfg()->integrated;
+    *value = attrib == FAKE_HIP_ATTR_INTEGRATED ? fake_cfg()->integrated : 1;
     return FAKE_E_OK;
 }
 
