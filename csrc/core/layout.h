@@ -142,7 +142,7 @@ mxd_status mxd_layout_locate(const mxd_layout *in, const int64_t *indices,
  * without a copy.
  *
  * out->shape and out->strides need room for the output rank; out may be
- * in.  On errors out is left as it was (so is everything else here). */
+ * in, and is left as it was on errors. */
 mxd_status mxd_layout_reinterpret(const mxd_layout *in, int64_t element_size,
                                   const int64_t *shape, int rank,
                                   mxd_layout *out, mxd_error *err);
