@@ -51,7 +51,7 @@ driver = Extension(
         *_extra_flags(),
     ],
     extra_link_args=["-pthread", *_extra_flags()],
-    libraries=["dl"],
+    libraries=["dl", "m"],
 )
 
 setup(ext_modules=[driver])

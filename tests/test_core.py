@@ -46,6 +46,7 @@ def _compile(tmp_path: Path, extra: list[str]) -> Path | None:
         str(exe),
         "-pthread",
         "-ldl",
+        "-lm",
     ]
     result = subprocess.run(cmd, capture_output=True, text=True, env=_native_env())
     if result.returncode != 0:

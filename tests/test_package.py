@@ -122,6 +122,7 @@ def test_driver_submodule_importable() -> None:
 def test_typing_files_present() -> None:
     assert importlib.resources.files("max").joinpath("py.typed").is_file()
     assert importlib.resources.files("max._core").joinpath("driver.pyi").is_file()
+    assert importlib.resources.files("max.dtype").joinpath("__init__.pyi").is_file()
 
 
 def test_wheel_ships_extension_and_typing_files(tmp_path: Path) -> None:
@@ -149,6 +150,8 @@ def test_wheel_ships_extension_and_typing_files(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "max/py.typed" in names
     assert "max/_core/driver.pyi" in names
+    assert "max/dtype/__init__.py" in names
+    assert "max/dtype/__init__.pyi" in names
     assert any(n.startswith("max/_core/driver.") and n.endswith(".so") for n in names)
     assert not any(n.startswith(("csrc/", "tests/")) for n in names)
 

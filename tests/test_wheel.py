@@ -80,6 +80,18 @@ SMOKE = textwrap.dedent(
     assert [ep.value for ep in eps if ep.name == "max_driver"] == [
         "max.pytest_plugin"
     ]
+    # max.dtype works without NumPy (not installed here) until a call
+    # needs it, and then says so.
+    from max.dtype import DType
+    assert DType(81) is DType.float32 and DType.bfloat16.size_in_bytes == 2
+    assert "numpy" not in sys.modules
+    try:
+        DType.float32.to_numpy()
+    except ImportError as e:
+        assert "needs NumPy" in str(e), e
+    else:
+        raise AssertionError("to_numpy() worked without NumPy")
+
     print("SMOKE OK", max.driver.accelerator_count())
     """
 )
@@ -156,6 +168,8 @@ def test_sdist_contains_the_sources(dist):
         "max/py.typed",
         "max/_core/driver.pyi",
         "max/driver/__init__.py",
+        "max/dtype/__init__.py",
+        "max/dtype/__init__.pyi",
         "max/pytest_plugin.py",
     ):
         assert required in names, required
@@ -185,6 +199,8 @@ def test_wheel_is_binary_and_complete(dist):
         "max/driver/__init__.py",
         "max/driver/__main__.py",
         "max/driver/driver.py",
+        "max/dtype/__init__.py",
+        "max/dtype/__init__.pyi",
         "max/pytest_plugin.py",
     ):
         assert required in names, required
