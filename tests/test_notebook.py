@@ -3,9 +3,12 @@ a real Jupyter kernel (nbclient + ipykernel) with the CPU backend only."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import sys
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,8 @@ ipykernel_spec = pytest.importorskip("ipykernel.kernelspec")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO_ROOT / "examples" / "quickstart.ipynb"
+README = REPO_ROOT / "README.md"
+PYPROJECT = REPO_ROOT / "pyproject.toml"
 CELL_TIMEOUT = 60
 ORDER = ["a: first", "a: after the flag", "b: after a", "b: second"]
 
@@ -147,3 +152,49 @@ def test_notebook_runs_in_a_kernel_on_cpu_only(kernel_env, tmp_path):
     check_outputs(nb)
     selection = next(c for c in code_cells(nb) if "backend_selection()" in c.source)
     assert "not tried: MAX_DRIVER_BACKEND=cpu" in text_of(selection)
+
+
+def _notebook_extra() -> set[str]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
+    return {canonicalize_name(Requirement(r).name) for r in extras["notebook"]}
+
+
+def _third_party_imports(nb) -> set[str]:
+    """Top-level modules the notebook imports, less the stdlib and max."""
+    names = set()
+    for cell in code_cells(nb):
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - {"max"}
+
+
+def test_notebook_extra_installs_what_the_notebook_imports():
+    """A reader who runs pip install -e '.[notebook]' can run every cell."""
+    from packaging.utils import canonicalize_name
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    imported = _third_party_imports(nb)
+    assert {"IPython", "matplotlib"} <= imported  # what the parser must find
+    dists = packages_distributions()
+    extra = _notebook_extra()
+    for module in imported:
+        provided_by = {canonicalize_name(d) for d in dists.get(module, [module])}
+        assert provided_by & extra, f"{module} is not in the notebook extra {extra}"
+    assert {"jupyterlab", "ipykernel"} <= extra  # to open it and run its kernel
+
+
+def test_readme_installs_the_notebook_extra_to_open_it():
+    text = README.read_text()
+    command = r"pip install -e '\.\[notebook\]' &&\s+jupyter lab\s+"
+    line = re.search(command + re.escape("examples/quickstart.ipynb"), text)
+    assert line, "README: install the notebook extra before opening the notebook"

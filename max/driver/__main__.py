@@ -10,18 +10,34 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import sys
 import threading
 import time
+import timeit
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from max import driver
 from max.driver import CPU, CompletionFlag, Device, DeviceQueue
 
 TIMEOUT_S = 10.0
-TIMING_LOOPS = 20_000
+TIMING_REPS = 5
+TIMING_NUMBER = 20_000
+# The baseline of benchmarks/run.py (its NOOP): a METH_NOARGS C method call
+# that does nothing, about the cheapest call Python makes.
+NOOP_STATEMENT = "zero.bit_length()"
+# (what is timed, the statement timeit runs) over the names of _print_timings.
+TIMED_OPS: list[tuple[str, str]] = [
+    ("queue.record_event()", "q.record_event()"),
+    ("queue.record_event(event)", "q.record_event(ev)"),
+    ("queue.wait_for(queue)", "q.wait_for(other)"),
+    ("queue.wait_for(event)", "q.wait_for(ev)"),
+    ("event.is_ready()", "ev.is_ready()"),
+    ("flag.signal(value)", "flag.signal(1)"),
+    ("flag.load()", "flag.load()"),
+    ("queue.synchronize() (idle)", "q.synchronize()"),
+]
 
 
 def _yes_no(value: object) -> str:
@@ -154,38 +170,54 @@ def _check_order() -> tuple[bool, str]:
     return ok, detail
 
 
-def _ns_per_op(fn: Callable[[], Any], loops: int) -> float:
-    start = time.perf_counter_ns()
-    for _ in range(loops):
-        fn()
-    return (time.perf_counter_ns() - start) / loops
+def _time_statements(
+    statements: list[str], namespace: dict[str, Any], reps: int, number: int
+) -> dict[str, list[float]]:
+    """Seconds per execution of each statement, one sample per round.
+
+    Measured as benchmarks/run.py does: every statement is compiled by
+    ``timeit`` (so a call with arguments is timed as written, with nothing
+    such as ``functools.partial`` in between) and the rounds interleave the
+    statements, so that a busy machine slows the baseline and the operations
+    alike."""
+    timers = {stmt: timeit.Timer(stmt, globals=namespace) for stmt in statements}
+    samples: dict[str, list[float]] = {stmt: [] for stmt in statements}
+    for _ in range(reps):
+        for stmt, timer in timers.items():
+            samples[stmt].append(timer.timeit(number) / number)
+    return samples
 
 
-def _print_timings(loops: int = TIMING_LOOPS) -> bool:
+def _print_timings(reps: int = TIMING_REPS, number: int = TIMING_NUMBER) -> bool:
     cpu = CPU()
     q = DeviceQueue(cpu)
-    other = DeviceQueue(cpu)
-    flag = CompletionFlag(cpu)
-    ev = q.record_event()
-    ev.synchronize(timeout=TIMEOUT_S)
-    noop = ().__len__
-    rows: list[tuple[str, Callable[[], Any]]] = [
-        ("no-op C method call (baseline)", noop),
-        ("queue.record_event()", q.record_event),
-        ("queue.record_event(event)", partial(q.record_event, ev)),
-        ("queue.wait_for(queue)", partial(q.wait_for, other)),
-        ("queue.wait_for(event)", partial(q.wait_for, ev)),
-        ("event.is_ready()", ev.is_ready),
-        ("flag.signal(value)", partial(flag.signal, 1)),
-        ("flag.load()", flag.load),
-        ("queue.synchronize() (idle)", q.synchronize),
-    ]
+    namespace: dict[str, Any] = {
+        "zero": 0,
+        "q": q,
+        "other": DeviceQueue(cpu),
+        "ev": q.record_event(),
+        "flag": CompletionFlag(cpu),
+    }
+    namespace["ev"].synchronize(timeout=TIMEOUT_S)
+    statements = [NOOP_STATEMENT, *(stmt for _, stmt in TIMED_OPS)]
+    samples = _time_statements(statements, namespace, reps, number)
+    noop = samples[NOOP_STATEMENT]
+    print("Timings (CPU backend, idle queues), measured as benchmarks/run.py does:")
     print(
-        f"Timings (CPU backend, mean of {loops} calls on idle queues; "
-        "arguments bound with functools.partial):"
+        f"  each statement run {number} times by timeit, in {reps} rounds"
+        " interleaved with the others;\n"
+        "  ns/call: the median time per call, the timeit loop included;\n"
+        "  ratio: the median per-round ratio to the no-op C method call"
+        f" {NOOP_STATEMENT}"
     )
-    for name, fn in rows:
-        print(f"  {name:<34} {_ns_per_op(fn, loops):10.1f} ns")
+    print(f"  {'operation':<28} {'statement':<20} {'ns/call':>8} {'ratio':>6}")
+    rows = [("no-op C method call", NOOP_STATEMENT), *TIMED_OPS]
+    for name, stmt in rows:
+        cost = statistics.median(samples[stmt]) * 1e9
+        ratio = statistics.median(
+            t / n for t, n in zip(samples[stmt], noop, strict=True)
+        )
+        print(f"  {name:<28} {stmt:<20} {cost:8.1f} {ratio:6.2f}")
     try:
         q.synchronize(timeout=TIMEOUT_S)
     except TimeoutError:
