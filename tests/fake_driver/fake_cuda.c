@@ -236,8 +236,15 @@ static bool fake_attribute(cu_device_attribute attrib, int *value)
     case 41: *value = 0; return true;
     case FAKE_CU_ATTR_CC_MAJOR: *value = cfg->cc_major; return true;
     case FAKE_CU_ATTR_CC_MINOR: *value = cfg->cc_minor; return true;
-    case 92: *value = 1; return true; /* CAN_USE_STREAM_MEM_OPS_V1 */
-    case 93: *value = 1; return true; /* CAN_USE_64_BIT_STREAM_MEM_OPS_V1 */
+    case FAKE_CU_ATTR_STREAM_MEM_OPS_V1:
+    case FAKE_CU_ATTR_64_BIT_STREAM_MEM_OPS_V1:
+        *value = cfg->stream_mem_ops;
+        return true;
+    /* CUDA 12 added this name; older drivers reject it, and answer under
+     * the one CUDA 12 renamed ..._V1. */
+    case FAKE_CU_ATTR_64_BIT_STREAM_MEM_OPS:
+        *value = cfg->stream_mem_ops;
+        return cfg->driver_version >= 12000;
     default: return false;
     }
 }
@@ -349,6 +356,8 @@ cu_result cuStreamWaitValue64(cu_stream stream, cu_deviceptr addr,
 {
     enum { FLUSH = 1u << 30 };
     FAKE_BEGIN(cuStreamWaitValue64);
+    if (!fake_cfg()->stream_mem_ops)
+        return FAKE_E_NOT_SUPPORTED; /* a device or driver without them */
     if ((flags & ~(3u | FLUSH)) != 0)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_wait_value(stream, (uintptr_t)addr, value, flags & 3u,
@@ -451,10 +460,14 @@ cu_result cuMemHostGetDevicePointer(cu_deviceptr *device, void *host,
     return rc;
 }
 
+/* Needs a current context, as documented (the freed memory need not be
+ * the context's), and synchronises the allocation's device. */
 cu_result cuMemFreeHost(void *host)
 {
+    int dev;
     FAKE_BEGIN(cuMemFreeHost);
-    return fake_host_free(host);
+    unsigned rc = fake_current_device(&dev);
+    return rc != FAKE_E_OK ? rc : fake_host_free(host);
 }
 
 /* ---- cuGetProcAddress ----------------------------------------------- */
@@ -470,7 +483,39 @@ typedef struct fake_proc {
 static const fake_proc fake_procs[] = {CUDA_ENTRY_POINTS(FAKE_PROC)};
 #undef FAKE_PROC
 
+/* Entry points older than the ABI version cuda_abi.h declares for them:
+ * the CUDA version since which a function of the declared signature
+ * exists.  The _v2 variants of these kept the signature (cuStreamDestroy,
+ * cuEventElapsedTime), or the function is older than its _v2 name
+ * (cuStreamWaitValue64: 9.0).  Every other entry point first existed at
+ * its declared version: the genuinely new APIs, and the _v2 variants of
+ * CUDA 3.2 whose v1 took 32-bit sizes or device pointers. */
+static const struct {
+    const char *name;
+    int version;
+} fake_introduced[] = {
+    {"cuCtxPushCurrent", 2000},   {"cuCtxPopCurrent", 2000},
+    {"cuStreamDestroy", 2000},    {"cuEventDestroy", 2000},
+    {"cuEventElapsedTime", 2000}, {"cuStreamWaitValue64", 9000},
+};
+
+static int fake_introduced_version(const fake_proc *p)
+{
+    for (size_t i = 0; i < sizeof fake_introduced / sizeof *fake_introduced;
+         i++)
+        if (strcmp(fake_introduced[i].name, p->name) == 0)
+            return fake_introduced[i].version;
+    return p->version;
+}
+
 enum { FAKE_PROC_FOUND = 0, FAKE_PROC_NOT_FOUND = 1, FAKE_PROC_OLD = 2 };
+
+static atomic_int fake_proc_refusals;
+
+int fake_cuda_proc_too_new(void)
+{
+    return atomic_load(&fake_proc_refusals);
+}
 
 static void *fake_self_proc(int cuda_version)
 {
@@ -480,15 +525,34 @@ static void *fake_self_proc(int cuda_version)
                                  : (void *)&cuGetProcAddress;
 }
 
-/* Resolves BASE names.  Asking for a version older than the ABI cuda_abi.h
- * declares would hand a real backend the older ABI; the fake has only the
- * declared one, so it answers "version not sufficient" instead. */
+/* The status of a lookup of entry point p: absent from this driver (it is
+ * newer, or the library was built without it), not in the CUDA version
+ * asked for, or found. */
+static int fake_proc_status(const fake_proc *p, int cuda_version)
+{
+    int introduced = fake_introduced_version(p);
+    if (p->fn == NULL || introduced > fake_cfg()->driver_version)
+        return FAKE_PROC_NOT_FOUND;
+    if (cuda_version < 2000 || cuda_version < introduced)
+        return FAKE_PROC_OLD;
+    return FAKE_PROC_FOUND;
+}
+
+/* Resolves BASE names.  Between an entry point's introduction and its
+ * declared ABI version the fake hands out the declared function: the
+ * versions in fake_introduced share its signature. */
 static unsigned fake_get_proc(const char *symbol, void **pfn, int cuda_version,
                               uint64_t flags, int *status)
 {
     int st = FAKE_PROC_NOT_FOUND;
     if (symbol == NULL || pfn == NULL || flags > 2)
         return FAKE_E_INVALID_VALUE;
+    /* Documented: "If the specified CUDA version is greater than the
+     * driver version, the API will return CUDA_ERROR_INVALID_VALUE". */
+    if (cuda_version > fake_cfg()->driver_version) {
+        atomic_fetch_add(&fake_proc_refusals, 1);
+        return FAKE_E_INVALID_VALUE;
+    }
     *pfn = NULL;
     if (strcmp(symbol, "cuGetProcAddress") == 0) {
         *pfn = fake_self_proc(cuda_version);
@@ -496,9 +560,9 @@ static unsigned fake_get_proc(const char *symbol, void **pfn, int cuda_version,
     }
     for (size_t i = 0; i < sizeof fake_procs / sizeof *fake_procs; i++) {
         const fake_proc *p = &fake_procs[i];
-        if (p->fn == NULL || strcmp(p->name, symbol) != 0)
+        if (strcmp(p->name, symbol) != 0)
             continue;
-        st = cuda_version < p->version ? FAKE_PROC_OLD : FAKE_PROC_FOUND;
+        st = fake_proc_status(p, cuda_version);
         if (st == FAKE_PROC_FOUND)
             *pfn = p->fn;
     }

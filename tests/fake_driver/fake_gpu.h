@@ -32,6 +32,8 @@ enum {
     FAKE_E_NOT_READY = 600,
     FAKE_E_ILLEGAL_ADDRESS = 700,
     FAKE_E_LAUNCH_FAILED = 719,
+    FAKE_E_NOT_PERMITTED = 800, /* CUDA only (HIP has no such code) */
+    FAKE_E_NOT_SUPPORTED = 801,
     FAKE_E_UNKNOWN = 999,
 };
 
@@ -45,7 +47,11 @@ enum {
     FAKE_CU_ATTR_INTEGRATED = 18,
     FAKE_CU_ATTR_CC_MAJOR = 75,
     FAKE_CU_ATTR_CC_MINOR = 76,
-    FAKE_HIP_ATTR_INTEGRATED = 16, /* hipDeviceAttributeIntegrated */
+    FAKE_CU_ATTR_STREAM_MEM_OPS_V1 = 92,
+    FAKE_CU_ATTR_64_BIT_STREAM_MEM_OPS_V1 = 93,
+    FAKE_CU_ATTR_64_BIT_STREAM_MEM_OPS = 122, /* CUDA 12.0 and later */
+    FAKE_HIP_ATTR_INTEGRATED = 16,            /* hipDeviceAttributeIntegrated */
+    FAKE_HIP_ATTR_STREAM_WAIT_VALUE = 10013,
 };
 
 /* ---- Entry point identities ----------------------------------------- */
@@ -121,6 +127,9 @@ typedef struct fake_config {
     int peer;
     unsigned init_error;
     int driver_version; /* cuDriverGetVersion, e.g. 13000 for CUDA 13.0 */
+    int hang_seconds;   /* how long a call a real driver would hang in waits */
+    long long queue_depth; /* pending items a stream takes before it blocks */
+    int stream_mem_ops; /* 0: no cuStreamWaitValue64 / hipStreamWaitValue64 */
 } fake_config;
 
 const fake_config *fake_cfg(void);
@@ -128,6 +137,22 @@ bool fake_valid_device(int device);
 /* Writes "<prefix> <device>" into name[len] (truncated, NUL-terminated). */
 void fake_device_name(int device, char *name, int len);
 size_t fake_free_mem(int device);
+
+/* ---- Violations ------------------------------------------------------
+ * Calls that a real driver answers by hanging or by undefined behaviour
+ * (an API call from a callback, a free that waits on a stream that waits
+ * on the host, a full queue nobody drains) are recorded with a sentence
+ * saying so, printed to stderr, and read back by the tests. */
+void fake_violation(const char *format, ...)
+    __attribute__((format(printf, 1, 2)));
+
+/* The entry point the calling thread is in (for violation messages), or
+ * "the fake" when none. */
+const char *fake_current_entry_name(void);
+
+/* Non-NULL on the callback threads while they run a callback: what kind of
+ * callback ("host-function callback", "stream callback"). */
+const char *fake_callback_kind(void);
 
 /* The API's name and description of an error code, or NULL if unknown. */
 const char *fake_error_name(unsigned code, bool hip);
@@ -175,9 +200,15 @@ FAKE_EXPORT int fake_gpu_live(const char *kind);
 FAKE_EXPORT int fake_gpu_async_error(void *stream, int error_code);
 FAKE_EXPORT unsigned fake_gpu_stream_flags(void *stream);
 FAKE_EXPORT int fake_gpu_threads(void);
+FAKE_EXPORT int fake_gpu_violations(void);
+FAKE_EXPORT const char *fake_gpu_violation(int i);
+FAKE_EXPORT void fake_gpu_clear_violations(void);
 
 /* The calling thread's CUDA context stack depth (fake_cuda.c), reported by
  * fake_gpu_live("context_push"). */
 __attribute__((visibility("hidden"))) int fake_cuda_push_depth(void);
+/* cuGetProcAddress calls refused for asking a version newer than the
+ * driver's, since the library was loaded (fake_gpu_live("proc_too_new")). */
+__attribute__((visibility("hidden"))) int fake_cuda_proc_too_new(void);
 
 #endif /* FAKE_GPU_H */

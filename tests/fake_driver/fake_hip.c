@@ -105,15 +105,28 @@ hip_result hipDeviceGetName(char *name, int len, hip_device dev)
     return FAKE_E_OK;
 }
 
+/* Only the attributes the fake knows; INVALID_VALUE for the others. */
+static bool fake_attribute(hip_device_attribute attrib, int *value)
+{
+    switch (attrib) {
+    case FAKE_HIP_ATTR_INTEGRATED: *value = fake_cfg()->integrated; return true;
+    case FAKE_HIP_ATTR_STREAM_WAIT_VALUE:
+        *value = fake_cfg()->stream_mem_ops;
+        return true;
+    default: return false;
+    }
+}
+
 hip_result hipDeviceGetAttribute(int *value, hip_device_attribute attrib,
                                  int dev)
 {
+    int v;
     FAKE_BEGIN(hipDeviceGetAttribute);
-    if (value == NULL || attrib != FAKE_HIP_ATTR_INTEGRATED)
+    if (value == NULL || !fake_attribute(attrib, &v))
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev))
         return FAKE_E_INVALID_DEVICE;
-    *value = fake_cfg()->integrated;
+    *value = v;
     return FAKE_E_OK;
 }
 
@@ -241,6 +254,8 @@ hip_result hipStreamWaitValue64(hip_stream stream, void *ptr, uint64_t value,
                                 unsigned int flags, uint64_t mask)
 {
     FAKE_BEGIN(hipStreamWaitValue64);
+    if (!fake_cfg()->stream_mem_ops)
+        return FAKE_E_NOT_SUPPORTED; /* a device without them */
     if (flags > 3)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_wait_value(stream, (uintptr_t)ptr, value, flags, mask);
