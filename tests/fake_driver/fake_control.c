@@ -113,6 +113,7 @@ static void fake_init(void)
     if (cfg->queue_depth < 1)
         cfg->queue_depth = 1;
     cfg->stream_mem_ops = (int)fake_env_int("FAKE_GPU_STREAM_MEM_OPS", 1) != 0;
+    cfg->memory_pools = (int)fake_env_int("FAKE_GPU_MEMORY_POOLS", 1) != 0;
     fake_arm_from_env();
 }
 
@@ -348,6 +349,8 @@ static const fake_error fake_errors[] = {
     {4, "CUDA_ERROR_DEINITIALIZED", "hipErrorDeinitialized",
      "driver shutting down"},
     {34, "CUDA_ERROR_STUB_LIBRARY", NULL, "CUDA driver is a stub library"},
+    {21, NULL, "hipErrorInvalidMemcpyDirection",
+     "invalid copy direction for memcpy"},
     {35, NULL, "hipErrorInsufficientDriver",
      "driver version is insufficient for runtime version"},
     {46, "CUDA_ERROR_DEVICE_UNAVAILABLE", NULL,

@@ -6,6 +6,7 @@
  * concurrently and any item may block.  Host functions and stream
  * callbacks run on the device's callback thread (fake_callbacks.c). */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -147,7 +148,7 @@ static void fake_mark_unref(fake_mark *m)
         free(m);
 }
 
-static void fake_stream_unref(fake_stream *s)
+void fake_stream_unref(fake_stream *s)
 {
     if (--s->refs > 0)
         return;
@@ -165,6 +166,10 @@ static void fake_item_free(fake_item *it)
         fake_mark_unref(it->u.mark);
     else if (it->type == FAKE_ITEM_WAIT_VALUE)
         fake_alloc_unref(it->u.wait.alloc);
+    else if (it->type == FAKE_ITEM_TRANSFER)
+        fake_transfer_release(&it->u.xfer);
+    else if (it->type == FAKE_ITEM_ALLOC || it->type == FAKE_ITEM_FREE)
+        fake_dmem_unref(it->u.dmem);
     free(it);
 }
 
@@ -235,6 +240,11 @@ static void fake_run(fake_stream *s, fake_item *it)
             fake_callback_run(s, it, 0);
         break;
     case FAKE_ITEM_CALLBACK: fake_callback_run(s, it, err); break;
+    case FAKE_ITEM_TRANSFER: fake_transfer_run(s, it, err); break;
+    /* Bookkeeping, done even after an error, so that memory is accounted
+     * for and freed as the program says. */
+    case FAKE_ITEM_ALLOC:
+    case FAKE_ITEM_FREE: fake_dmem_run(s, it); break;
     }
 }
 
@@ -403,6 +413,19 @@ void fake_sync_device(int device)
                        fake_cfg()->hang_seconds);
 }
 
+bool fake_drain_stream(fake_stream *s)
+{
+    uint64_t target = s->submitted;
+    struct timespec deadline;
+    fake_deadline(&deadline);
+    bool hung = false;
+    s->refs++;
+    while (!hung && s->completed < target)
+        hung = !fake_wait_until(&deadline);
+    fake_stream_unref(s);
+    return !hung;
+}
+
 /* A real driver's submission queue is finite: a call that enqueues on a
  * stream with FAKE_GPU_QUEUE_DEPTH items pending blocks until one
  * completes (bounded here by FAKE_GPU_HANG_SECONDS, then a violation).
@@ -456,6 +479,7 @@ unsigned fake_begin_item(void *h, fake_stream **s, fake_item **it)
         free(*it);
         return FAKE_E_INVALID_HANDLE;
     }
+    (*it)->entry = fake_current_entry_name();
     return FAKE_E_OK;
 }
 
@@ -697,6 +721,10 @@ FAKE_EXPORT int fake_gpu_live(const char *kind)
         n = fake_callback_threads();
     else if (strcmp(kind, "proc_too_new") == 0)
         n = fake_cuda_proc_too_new();
+    else if (strcmp(kind, "device_alloc") == 0)
+        n = fake_device_allocs();
+    else if (strcmp(kind, "device_bytes") == 0)
+        n = fake_device_bytes() > INT_MAX ? INT_MAX : (int)fake_device_bytes();
     pthread_mutex_unlock(&fake_lock);
     return n;
 }

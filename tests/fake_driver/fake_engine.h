@@ -1,6 +1,7 @@
 /* Internals shared by the engine's files: fake_engine.c (streams, events,
  * the worker threads), fake_callbacks.c (the callback thread of each
- * device) and fake_hostmem.c (pinned host memory).
+ * device), fake_hostmem.c (pinned host memory), fake_devmem.c (device
+ * memory) and fake_copy.c (copies and fills).
  *
  * One global mutex, fake_lock, guards all of their state, and one
  * condition variable, fake_changed, broadcast whenever a stream item or a
@@ -41,17 +42,62 @@ typedef struct fake_alloc {
     int refs;
 } fake_alloc;
 
+/* Device memory: an address in the device's own range, which the host
+ * cannot dereference, and host storage holding the bytes. */
+typedef enum fake_dmem_state {
+    FAKE_DMEM_PENDING, /* stream-ordered, its stream has not reached it */
+    FAKE_DMEM_LIVE,
+    FAKE_DMEM_FREED,
+} fake_dmem_state;
+
+typedef struct fake_dmem {
+    uintptr_t base;
+    size_t size;
+    int device;
+    char *backing;
+    fake_dmem_state state;
+    bool free_enqueued; /* a stream-ordered free is on its way */
+    int refs;           /* the device's table, items, copies in flight */
+} fake_dmem;
+
+/* One side of a copy or fill, classified when the call is made. */
+enum fake_span_kind {
+    FAKE_SPAN_DEVICE,   /* in a device's range: checked when it runs */
+    FAKE_SPAN_PINNED,   /* inside a pinned allocation (either view) */
+    FAKE_SPAN_PAGEABLE, /* other host memory: the call runs it at once */
+};
+
+typedef struct fake_span {
+    enum fake_span_kind kind;
+    uintptr_t addr;
+    size_t pitch;
+    int device;         /* DEVICE: the device the call names, or -1: the
+                           stream's */
+    fake_alloc *pinned; /* PINNED: held */
+} fake_span;
+
+typedef struct fake_transfer {
+    fake_span dst, src;   /* src unused by fills */
+    size_t width, height; /* bytes per row, rows */
+    unsigned fill_size;   /* 0: a copy; 1, 2, 4: a fill of that element */
+    uint32_t fill_value;
+} fake_transfer;
+
 enum fake_item_type {
     FAKE_ITEM_RECORD,
     FAKE_ITEM_WAIT_MARK,
     FAKE_ITEM_WAIT_VALUE,
     FAKE_ITEM_HOST_FN,
     FAKE_ITEM_CALLBACK,
+    FAKE_ITEM_TRANSFER,
+    FAKE_ITEM_ALLOC, /* a stream-ordered allocation takes effect */
+    FAKE_ITEM_FREE,  /* a stream-ordered free takes effect */
 };
 
 typedef struct fake_item {
     struct fake_item *next;
     enum fake_item_type type;
+    const char *entry; /* the entry point that enqueued it, for messages */
     union {
         fake_mark *mark;
         struct {
@@ -69,6 +115,8 @@ typedef struct fake_item {
             void (*fn)(void);
             void *data;
         } callback;
+        fake_transfer xfer;
+        fake_dmem *dmem;
     } u;
 } fake_item;
 
@@ -95,6 +143,7 @@ fake_stream *fake_find_stream(void *h);
 unsigned fake_begin_item(void *h, fake_stream **s, fake_item **it);
 /* Appends an item to the valid stream `s`. */
 void fake_enqueue(fake_stream *s, fake_item *it);
+void fake_stream_unref(fake_stream *s);
 
 /* Starts a detached thread with every signal blocked, so that signals keep
  * going to the application's threads (Python handles them on its main
@@ -111,6 +160,9 @@ bool fake_wait_until(const struct timespec *deadline);
  * does; where that would hang (after FAKE_GPU_HANG_SECONDS) it records a
  * violation naming the calling entry point and returns. */
 void fake_sync_device(int device);
+/* Waits until `s` has finished the work submitted before the call; false
+ * when that would hang (after FAKE_GPU_HANG_SECONDS). */
+bool fake_drain_stream(fake_stream *s);
 
 /* ---- fake_callbacks.c ----------------------------------------------- */
 
@@ -126,7 +178,32 @@ int fake_callback_threads(void);
 void fake_alloc_unref(fake_alloc *a);
 /* The live mapped allocation whose device view holds [addr, addr + 8). */
 fake_alloc *fake_find_device_word(uintptr_t addr);
+/* The live pinned allocation whose host view, or device view if mapped,
+ * holds addr; *device_view says which. */
+fake_alloc *fake_find_pinned(uintptr_t addr, bool *device_view);
 int fake_host_allocs(void);
+/* Device memory accounting (pinned and device allocations). */
+bool fake_charge(int device, size_t bytes);
+void fake_uncharge(int device, size_t bytes);
+
+/* ---- fake_devmem.c -------------------------------------------------- */
+
+/* The device whose address range holds addr, or -1. */
+int fake_device_of(uintptr_t addr);
+/* The allocation (pending or live) whose bytes include addr, or NULL. */
+fake_dmem *fake_dmem_at(uintptr_t addr);
+void fake_dmem_unref(fake_dmem *m);
+/* Runs a FAKE_ITEM_ALLOC or FAKE_ITEM_FREE item. */
+void fake_dmem_run(fake_stream *s, fake_item *it);
+int fake_device_allocs(void);
+size_t fake_device_bytes(void);
+
+/* ---- fake_copy.c ---------------------------------------------------- */
+
+/* Runs a FAKE_ITEM_TRANSFER item (err: the stream's sticky error). */
+void fake_transfer_run(fake_stream *s, fake_item *it, unsigned err);
+/* Drops the references a transfer holds. */
+void fake_transfer_release(fake_transfer *x);
 
 #pragma GCC visibility pop
 

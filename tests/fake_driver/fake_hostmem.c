@@ -33,21 +33,22 @@ size_t fake_free_mem(int device)
     return used < total ? total - used : 0;
 }
 
-/* Charges `bytes` to the device, or fails when it does not fit. */
-static bool fake_charge(int device, size_t bytes)
+/* Charges `bytes` to the device, or fails when they do not fit. */
+bool fake_charge(int device, size_t bytes)
 {
-    bool ok = true;
-    pthread_mutex_lock(&fake_lock);
     if (fake_allocated == NULL)
         fake_allocated =
             calloc((size_t)fake_cfg()->devices + 1, sizeof *fake_allocated);
     if (fake_allocated == NULL ||
         bytes > fake_cfg()->total_mem - fake_allocated[device])
-        ok = false;
-    else
-        fake_allocated[device] += bytes;
-    pthread_mutex_unlock(&fake_lock);
-    return ok;
+        return false;
+    fake_allocated[device] += bytes;
+    return true;
+}
+
+void fake_uncharge(int device, size_t bytes)
+{
+    fake_allocated[device] -= bytes;
 }
 
 /* Maps one memfd twice so that the "device" address differs from the host
@@ -80,8 +81,6 @@ unsigned fake_host_alloc(int device, size_t bytes, bool mapped, void **host)
 {
     if (host == NULL || bytes == 0)
         return FAKE_E_INVALID_VALUE;
-    if (!fake_charge(device, bytes))
-        return FAKE_E_OUT_OF_MEMORY;
     fake_alloc *a = calloc(1, sizeof *a);
     if (a != NULL) {
         a->size = bytes;
@@ -90,8 +89,13 @@ unsigned fake_host_alloc(int device, size_t bytes, bool mapped, void **host)
         a->refs = 1;
     }
     pthread_mutex_lock(&fake_lock);
-    if (a == NULL || !fake_map_twice(a)) {
-        fake_allocated[device] -= bytes;
+    if (a == NULL || !fake_charge(device, bytes)) {
+        pthread_mutex_unlock(&fake_lock);
+        free(a);
+        return FAKE_E_OUT_OF_MEMORY;
+    }
+    if (!fake_map_twice(a)) {
+        fake_uncharge(device, bytes);
         pthread_mutex_unlock(&fake_lock);
         free(a);
         return FAKE_E_OUT_OF_MEMORY;
@@ -134,6 +138,21 @@ fake_alloc *fake_find_device_word(uintptr_t addr)
     return NULL;
 }
 
+fake_alloc *fake_find_pinned(uintptr_t addr, bool *device_view)
+{
+    for (fake_alloc *a = fake_allocs; a != NULL; a = a->next) {
+        if (addr - (uintptr_t)a->host < a->size) {
+            *device_view = false;
+            return a;
+        }
+        if (a->mapped && addr - (uintptr_t)a->dev < a->size) {
+            *device_view = true;
+            return a;
+        }
+    }
+    return NULL;
+}
+
 /* The link that points at the allocation whose host address is `host`. */
 static fake_alloc **fake_find_host(void *host)
 {
@@ -165,7 +184,7 @@ unsigned fake_host_free(void *host)
     fake_alloc *a = *p;
     *p = a->next;
     a->freed = true;
-    fake_allocated[a->device] -= a->size;
+    fake_uncharge(a->device, a->size);
     fake_live_allocs--;
     fake_alloc_unref(a);
     pthread_mutex_unlock(&fake_lock);

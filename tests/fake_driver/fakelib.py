@@ -39,6 +39,9 @@ P = ctypes.c_void_p
 U = ctypes.c_uint
 INT = ctypes.c_int
 U64 = ctypes.c_uint64
+SIZE = ctypes.c_size_t
+U8 = ctypes.c_ubyte
+U16 = ctypes.c_ushort
 
 SIGNATURES = {
     # CUDA
@@ -74,6 +77,19 @@ SIGNATURES = {
     "cuLaunchHostFunc": [P, HOST_FN, P],
     "cuStreamAddCallback": [P, CALLBACK, P, U],
     "cuGetProcAddress_v2": [ctypes.c_char_p, P, INT, U64, P],
+    "cuMemAlloc_v2": [P, SIZE],
+    "cuMemFree_v2": [U64],
+    "cuMemAllocAsync": [P, SIZE, P],
+    "cuMemFreeAsync": [U64, P],
+    "cuMemcpyHtoDAsync_v2": [U64, P, SIZE, P],
+    "cuMemcpyDtoHAsync_v2": [P, U64, SIZE, P],
+    "cuMemcpyDtoDAsync_v2": [U64, U64, SIZE, P],
+    "cuMemcpyPeerAsync": [U64, P, U64, P, SIZE, P],
+    "cuMemcpy2DAsync_v2": [P, P],
+    "cuMemsetD8Async": [U64, U8, SIZE, P],
+    "cuMemsetD16Async": [U64, U16, SIZE, P],
+    "cuMemsetD32Async": [U64, U, SIZE, P],
+    "cuPointerGetAttribute": [P, U, U64],
     # HIP
     "hipInit": [U],
     "hipGetDeviceCount": [P],
@@ -101,6 +117,19 @@ SIGNATURES = {
     "hipStreamWaitValue64": [P, P, U64, U, U64],
     "hipLaunchHostFunc": [P, HOST_FN, P],
     "hipStreamAddCallback": [P, CALLBACK, P, U],
+    "hipMalloc": [P, SIZE],
+    "hipFree": [P],
+    "hipMallocAsync": [P, SIZE, P],
+    "hipFreeAsync": [P, P],
+    "hipMemcpyHtoDAsync": [P, P, SIZE, P],
+    "hipMemcpyDtoHAsync": [P, P, SIZE, P],
+    "hipMemcpyDtoDAsync": [P, P, SIZE, P],
+    "hipMemcpyPeerAsync": [P, INT, P, INT, SIZE, P],
+    "hipMemcpy2DAsync": [P, SIZE, P, SIZE, SIZE, SIZE, U, P],
+    "hipMemsetD8Async": [P, U8, SIZE, P],
+    "hipMemsetD16Async": [P, U16, SIZE, P],
+    "hipMemsetD32Async": [P, INT, SIZE, P],
+    "hipPointerGetAttribute": [P, U, P],
     # Control API
     "fake_gpu_fail": [ctypes.c_char_p, INT, INT],
     "fake_gpu_reset": [],
@@ -129,10 +158,14 @@ cuDeviceGetGraphMemAttribute cuStreamCreate cuStreamDestroy cuStreamQuery
 cuStreamSynchronize cuStreamWaitEvent cuEventCreate cuEventDestroy cuEventRecord
 cuEventQuery cuEventSynchronize cuEventElapsedTime cuMemHostAlloc
 cuMemHostGetDevicePointer cuMemFreeHost cuStreamWaitValue64 cuLaunchHostFunc
-cuStreamAddCallback""".split()
+cuStreamAddCallback cuMemAlloc cuMemFree cuMemAllocAsync cuMemFreeAsync
+cuMemcpyHtoDAsync cuMemcpyDtoHAsync cuMemcpyDtoDAsync cuMemcpyPeerAsync
+cuMemcpy2DAsync cuMemsetD8Async cuMemsetD16Async cuMemsetD32Async
+cuPointerGetAttribute""".split()
 CUDA_V2 = """cuDeviceTotalMem cuCtxPushCurrent cuCtxPopCurrent cuMemGetInfo
 cuStreamDestroy cuEventDestroy cuMemHostGetDevicePointer cuStreamWaitValue64
-cuEventElapsedTime""".split()
+cuEventElapsedTime cuMemAlloc cuMemFree cuMemcpyHtoDAsync cuMemcpyDtoHAsync
+cuMemcpyDtoDAsync cuMemcpy2DAsync""".split()
 HIP_NAMES = """hipInit hipGetErrorName hipGetErrorString hipGetDeviceCount hipGetDevice
 hipSetDevice hipDeviceGetName hipDeviceGetAttribute hipGetDeviceProperties
 hipGetDevicePropertiesR0000 hipDeviceTotalMem hipDeviceCanAccessPeer hipMemGetInfo
@@ -140,7 +173,10 @@ hipDeviceGetGraphMemAttribute hipStreamCreateWithFlags hipStreamDestroy
 hipStreamQuery hipStreamSynchronize hipStreamWaitEvent hipEventCreateWithFlags
 hipEventDestroy hipEventRecord hipEventQuery hipEventSynchronize
 hipEventElapsedTime hipHostMalloc hipHostGetDevicePointer hipHostFree
-hipStreamWaitValue64 hipLaunchHostFunc hipStreamAddCallback""".split()
+hipStreamWaitValue64 hipLaunchHostFunc hipStreamAddCallback hipMalloc hipFree
+hipMallocAsync hipFreeAsync hipMemcpyHtoDAsync hipMemcpyDtoHAsync
+hipMemcpyDtoDAsync hipMemcpyPeerAsync hipMemcpy2DAsync hipMemsetD8Async
+hipMemsetD16Async hipMemsetD32Async hipPointerGetAttribute""".split()
 
 
 def load(path: Path | str) -> ctypes.CDLL:
@@ -287,6 +323,57 @@ class Api:
             word.value = 1
 
         return flag, release
+
+    # Device memory: pointers are ints, results (rc, value) where a value
+    # comes back.
+
+    def malloc(self, size):
+        if self.api == "cuda":
+            d = ctypes.c_uint64()
+            return self.lib.cuMemAlloc_v2(ref(d), size), d.value
+        p = P()
+        return self.lib.hipMalloc(ref(p), size), p.value
+
+    def free(self, ptr):
+        return self.call("cuMemFree_v2", "hipFree", ptr)
+
+    def malloc_async(self, size, s):
+        if self.api == "cuda":
+            d = ctypes.c_uint64()
+            return self.lib.cuMemAllocAsync(ref(d), size, s), d.value
+        p = P()
+        return self.lib.hipMallocAsync(ref(p), size, s), p.value
+
+    def free_async(self, ptr, s):
+        return self.call("cuMemFreeAsync", "hipFreeAsync", ptr, s)
+
+    def h2d(self, dst, src, n, s):
+        return self.call("cuMemcpyHtoDAsync_v2", "hipMemcpyHtoDAsync", dst, src, n, s)
+
+    def d2h(self, dst, src, n, s):
+        return self.call("cuMemcpyDtoHAsync_v2", "hipMemcpyDtoHAsync", dst, src, n, s)
+
+    def d2d(self, dst, src, n, s):
+        return self.call("cuMemcpyDtoDAsync_v2", "hipMemcpyDtoDAsync", dst, src, n, s)
+
+    def peer(self, dst, dst_device, src, src_device, n, s):
+        if self.api == "hip":
+            return self.lib.hipMemcpyPeerAsync(dst, dst_device, src, src_device, n, s)
+        ctx = [P(), P()]
+        for c, d in zip(ctx, (dst_device, src_device), strict=True):
+            assert self.lib.cuDevicePrimaryCtxRetain(ref(c), d) == 0
+        return self.lib.cuMemcpyPeerAsync(dst, ctx[0], src, ctx[1], n, s)
+
+    def memset(self, bits, dst, value, count, s):
+        name = {8: "D8", 16: "D16", 32: "D32"}[bits]
+        return self.call(
+            f"cuMemset{name}Async", f"hipMemset{name}Async", dst, value, count, s
+        )
+
+    def pointer_device(self, ptr, attribute=9):
+        d = ctypes.c_int(-1)
+        fn = "cuPointerGetAttribute" if self.api == "cuda" else "hipPointerGetAttribute"
+        return getattr(self.lib, fn)(ref(d), attribute, ptr), d.value
 
     def wait_value(self, s, addr, value):
         if self.api == "cuda":

@@ -1050,6 +1050,6 @@ def test_blocking_sync_events(api):
 
 
 def test_everything_released(lib):
-    kinds = ("stream", "event", "host_alloc")
+    kinds = ("stream", "event", "host_alloc", "device_alloc", "device_bytes")
     assert {k: lib.fake_gpu_live(k.encode()) for k in kinds} == dict.fromkeys(kinds, 0)
     assert wait_until(lambda: lib.fake_gpu_threads() == 0)
