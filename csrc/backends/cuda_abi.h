@@ -17,6 +17,8 @@ typedef struct CUstream_st *cu_stream;
 typedef struct CUevent_st *cu_event;
 typedef unsigned int cu_device_attribute;    /* enum CUdevice_attribute */
 typedef unsigned int cu_graph_mem_attribute; /* enum CUgraphMem_attribute */
+typedef unsigned int cu_memorytype;          /* enum CUmemorytype_enum */
+typedef unsigned int cu_pointer_attribute;   /* enum CUpointer_attribute */
 typedef void (*cu_host_fn)(void *user_data);
 typedef void (*cu_stream_callback)(cu_stream stream, cu_result status,
                                    void *user_data);
@@ -24,6 +26,8 @@ typedef void (*cu_stream_callback)(cu_stream stream, cu_result status,
 /* Prefixed so that they can sit beside <cuda.h>'s own in the ABI check. */
 enum {
     MXD_CU_SUCCESS = 0,
+    MXD_CU_ERROR_INVALID_VALUE = 1,
+    MXD_CU_ERROR_OUT_OF_MEMORY = 2,
     MXD_CU_ERROR_NOT_READY = 600,
     MXD_CU_ERROR_NOT_PERMITTED = 800,
     MXD_CU_STREAM_NON_BLOCKING = 0x1,
@@ -34,15 +38,37 @@ enum {
     MXD_CU_STREAM_WAIT_VALUE_GEQ = 0x0,
     MXD_CU_STREAM_WAIT_VALUE_EQ = 0x1,
     MXD_CU_DEVICE_ATTRIBUTE_INTEGRATED = 18,
+    MXD_CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
     MXD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     MXD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
     /* Drivers before CUDA 12 report 64-bit stream memory operations under
      * the attribute that CUDA 12 renamed ..._V1. */
     MXD_CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1 = 93,
+    MXD_CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
     MXD_CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122,
     MXD_CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
     MXD_CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+    MXD_CU_MEMORYTYPE_HOST = 0x1,
+    MXD_CU_MEMORYTYPE_DEVICE = 0x2,
+    MXD_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
 };
+
+/* CUDA_MEMCPY2D (the _v2 layout, CUDA 3.2 and later) for cuMemcpy2DAsync. */
+typedef struct cu_memcpy2d {
+    size_t srcXInBytes, srcY;
+    cu_memorytype srcMemoryType;
+    const void *srcHost;
+    cu_deviceptr srcDevice;
+    struct CUarray_st *srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    cu_memorytype dstMemoryType;
+    void *dstHost;
+    cu_deviceptr dstDevice;
+    struct CUarray_st *dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} cu_memcpy2d;
 
 /* The entry points: X(name, version, kind, return, parameters).
  *   name     the base name given to cuGetProcAddress
@@ -104,7 +130,38 @@ enum {
       (cu_stream stream, cu_host_fn fn, void *user_data))                      \
     X(cuStreamAddCallback, 5000, OPTIONAL, cu_result,                          \
       (cu_stream stream, cu_stream_callback callback, void *user_data,         \
-       unsigned int flags))
+       unsigned int flags))                                                    \
+    CUDA_MEMORY_ENTRY_POINTS(X)
+
+/* Device memory, copies and fills (the Buffer type). */
+#define CUDA_MEMORY_ENTRY_POINTS(X)                                            \
+    X(cuMemAlloc, 3020, REQUIRED, cu_result,                                   \
+      (cu_deviceptr * ptr, size_t bytes))                                      \
+    X(cuMemFree, 3020, REQUIRED, cu_result, (cu_deviceptr ptr))                \
+    X(cuMemAllocAsync, 11020, OPTIONAL, cu_result,                             \
+      (cu_deviceptr * ptr, size_t bytes, cu_stream stream))                    \
+    X(cuMemFreeAsync, 11020, OPTIONAL, cu_result,                              \
+      (cu_deviceptr ptr, cu_stream stream))                                    \
+    X(cuMemcpyHtoDAsync, 3020, REQUIRED, cu_result,                            \
+      (cu_deviceptr dst, const void *src, size_t bytes, cu_stream stream))     \
+    X(cuMemcpyDtoHAsync, 3020, REQUIRED, cu_result,                            \
+      (void *dst, cu_deviceptr src, size_t bytes, cu_stream stream))           \
+    X(cuMemcpyDtoDAsync, 3020, REQUIRED, cu_result,                            \
+      (cu_deviceptr dst, cu_deviceptr src, size_t bytes, cu_stream stream))    \
+    X(cuMemcpyPeerAsync, 4000, REQUIRED, cu_result,                            \
+      (cu_deviceptr dst, cu_context dst_ctx, cu_deviceptr src,                 \
+       cu_context src_ctx, size_t bytes, cu_stream stream))                    \
+    X(cuMemcpy2DAsync, 3020, REQUIRED, cu_result,                              \
+      (const cu_memcpy2d *copy, cu_stream stream))                             \
+    X(cuMemsetD8Async, 3020, REQUIRED, cu_result,                              \
+      (cu_deviceptr dst, unsigned char value, size_t count, cu_stream stream)) \
+    X(cuMemsetD16Async, 3020, REQUIRED, cu_result,                             \
+      (cu_deviceptr dst, unsigned short value, size_t count,                   \
+       cu_stream stream))                                                      \
+    X(cuMemsetD32Async, 3020, REQUIRED, cu_result,                             \
+      (cu_deviceptr dst, unsigned int value, size_t count, cu_stream stream))  \
+    X(cuPointerGetAttribute, 4000, OPTIONAL, cu_result,                        \
+      (void *data, cu_pointer_attribute attribute, cu_deviceptr ptr))
 
 /* cuGetProcAddress_v2 (CUDA 12.0+); `status` may be NULL. */
 typedef cu_result (*cu_get_proc_address_fn)(const char *symbol, void **pfn,

@@ -15,7 +15,9 @@ typedef struct ihipStream_t *hip_stream;
 typedef struct ihipEvent_t *hip_event;
 typedef unsigned int hip_device_attribute; /* enum hipDeviceAttribute_t */
 typedef unsigned int
-    hip_graph_mem_attribute; /* enum hipGraphMemAttributeType */
+    hip_graph_mem_attribute;                /* enum hipGraphMemAttributeType */
+typedef unsigned int hip_memcpy_kind;       /* enum hipMemcpyKind */
+typedef unsigned int hip_pointer_attribute; /* enum hipPointer_attribute */
 typedef void (*hip_host_fn)(void *user_data);
 typedef void (*hip_stream_callback)(hip_stream stream, hip_result status,
                                     void *user_data);
@@ -24,6 +26,8 @@ typedef void (*hip_stream_callback)(hip_stream stream, hip_result status,
  * check. */
 enum {
     MXD_HIP_SUCCESS = 0,
+    MXD_HIP_ERROR_INVALID_VALUE = 1,
+    MXD_HIP_ERROR_OUT_OF_MEMORY = 2,
     MXD_HIP_ERROR_NOT_READY = 600,
     MXD_HIP_ERROR_NOT_SUPPORTED = 801,
     MXD_HIP_STREAM_NON_BLOCKING = 0x1,
@@ -34,8 +38,13 @@ enum {
     MXD_HIP_STREAM_WAIT_VALUE_GTE = 0x0,
     MXD_HIP_STREAM_WAIT_VALUE_EQ = 0x1,
     MXD_HIP_DEVICE_ATTRIBUTE_INTEGRATED = 16,
+    MXD_HIP_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 88,
     /* In the AMD-specific range, the same value in ROCm 5 and 6. */
     MXD_HIP_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE = 10013,
+    MXD_HIP_MEMCPY_HOST_TO_DEVICE = 1,
+    MXD_HIP_MEMCPY_DEVICE_TO_HOST = 2,
+    MXD_HIP_MEMCPY_DEVICE_TO_DEVICE = 3,
+    MXD_HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
     MXD_HIP_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
     MXD_HIP_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
 };
@@ -132,7 +141,36 @@ enum { HIP_DEVICE_PROP_BUFFER = 8192 };
       (hip_stream stream, hip_host_fn fn, void *user_data))                    \
     X(hipStreamAddCallback, OPTIONAL, hip_result,                              \
       (hip_stream stream, hip_stream_callback callback, void *user_data,       \
-       unsigned int flags))
+       unsigned int flags))                                                    \
+    HIP_MEMORY_ENTRY_POINTS(X)
+
+/* Device memory, copies and fills (the Buffer type). */
+#define HIP_MEMORY_ENTRY_POINTS(X)                                             \
+    X(hipMalloc, REQUIRED, hip_result, (void **ptr, size_t bytes))             \
+    X(hipFree, REQUIRED, hip_result, (void *ptr))                              \
+    X(hipMallocAsync, OPTIONAL, hip_result,                                    \
+      (void **ptr, size_t bytes, hip_stream stream))                           \
+    X(hipFreeAsync, OPTIONAL, hip_result, (void *ptr, hip_stream stream))      \
+    X(hipMemcpyHtoDAsync, REQUIRED, hip_result,                                \
+      (void *dst, void *src, size_t bytes, hip_stream stream))                 \
+    X(hipMemcpyDtoHAsync, REQUIRED, hip_result,                                \
+      (void *dst, void *src, size_t bytes, hip_stream stream))                 \
+    X(hipMemcpyDtoDAsync, REQUIRED, hip_result,                                \
+      (void *dst, void *src, size_t bytes, hip_stream stream))                 \
+    X(hipMemcpyPeerAsync, REQUIRED, hip_result,                                \
+      (void *dst, int dst_device, const void *src, int src_device,             \
+       size_t bytes, hip_stream stream))                                       \
+    X(hipMemcpy2DAsync, REQUIRED, hip_result,                                  \
+      (void *dst, size_t dst_pitch, const void *src, size_t src_pitch,         \
+       size_t width, size_t height, hip_memcpy_kind kind, hip_stream stream))  \
+    X(hipMemsetD8Async, REQUIRED, hip_result,                                  \
+      (void *dst, unsigned char value, size_t count, hip_stream stream))       \
+    X(hipMemsetD16Async, REQUIRED, hip_result,                                 \
+      (void *dst, unsigned short value, size_t count, hip_stream stream))      \
+    X(hipMemsetD32Async, REQUIRED, hip_result,                                 \
+      (void *dst, int value, size_t count, hip_stream stream))                 \
+    X(hipPointerGetAttribute, OPTIONAL, hip_result,                            \
+      (void *data, hip_pointer_attribute attribute, void *ptr))
 
 #define HIP_ENTRY_POINTS_5_3(X)                                                \
     X(hipDeviceGetGraphMemAttribute, OPTIONAL, hip_result,                     \

@@ -12,12 +12,47 @@
 
 #include "cuda_abi.h"
 
+/* Our cu_memcpy2d is CUDA_MEMCPY2D field for field. */
+#define CHECK_MEMCPY2D_FIELD(field)                                            \
+    _Static_assert(offsetof(cu_memcpy2d, field) ==                             \
+                       offsetof(CUDA_MEMCPY2D, field),                         \
+                   "cu_memcpy2d." #field);                                     \
+    _Static_assert(sizeof(((cu_memcpy2d *)0)->field) ==                        \
+                       sizeof(((CUDA_MEMCPY2D *)0)->field),                    \
+                   "sizeof cu_memcpy2d." #field);
+CHECK_MEMCPY2D_FIELD(srcXInBytes)
+CHECK_MEMCPY2D_FIELD(srcY)
+CHECK_MEMCPY2D_FIELD(srcMemoryType)
+CHECK_MEMCPY2D_FIELD(srcHost)
+CHECK_MEMCPY2D_FIELD(srcDevice)
+CHECK_MEMCPY2D_FIELD(srcArray)
+CHECK_MEMCPY2D_FIELD(srcPitch)
+CHECK_MEMCPY2D_FIELD(dstXInBytes)
+CHECK_MEMCPY2D_FIELD(dstY)
+CHECK_MEMCPY2D_FIELD(dstMemoryType)
+CHECK_MEMCPY2D_FIELD(dstHost)
+CHECK_MEMCPY2D_FIELD(dstDevice)
+CHECK_MEMCPY2D_FIELD(dstArray)
+CHECK_MEMCPY2D_FIELD(dstPitch)
+CHECK_MEMCPY2D_FIELD(WidthInBytes)
+CHECK_MEMCPY2D_FIELD(Height)
+#undef CHECK_MEMCPY2D_FIELD
+_Static_assert(sizeof(cu_memcpy2d) == sizeof(CUDA_MEMCPY2D),
+               "sizeof CUDA_MEMCPY2D");
+_Static_assert(SAME_TYPE(__typeof__(((cu_memcpy2d *)0)->srcArray), CUarray),
+               "CUarray");
+
 /* Each entry point's real prototype (after cuda.h maps names such as
- * cuStreamDestroy to cuStreamDestroy_v2) must match our declaration. */
+ * cuStreamDestroy to cuStreamDestroy_v2) must match our declaration.  Our
+ * cu_memcpy2d is a distinct struct type with the layout checked above, so
+ * the prototypes are compared with CUDA_MEMCPY2D in its place (a macro
+ * defined here only, after the header's own use of the name). */
+#define cu_memcpy2d CUDA_MEMCPY2D
 #define CHECK_CUDA_ENTRY(name, version, kind, ret, params)                     \
     _Static_assert(SAME_TYPE(__typeof__(&name), ret(*) params),                \
                    #name " differs from cuda.h");
 CUDA_ENTRY_POINTS(CHECK_CUDA_ENTRY)
+#undef cu_memcpy2d
 
 _Static_assert(SAME_TYPE(cu_result, CUresult), "CUresult");
 _Static_assert(SAME_TYPE(cu_device, CUdevice), "CUdevice");
@@ -32,8 +67,15 @@ _Static_assert(SAME_TYPE(cu_device_attribute, CUdevice_attribute),
                "CUdevice_attribute");
 _Static_assert(SAME_TYPE(cu_graph_mem_attribute, CUgraphMem_attribute),
                "CUgraphMem_attribute");
+_Static_assert(SAME_TYPE(cu_memorytype, CUmemorytype), "CUmemorytype");
+_Static_assert(SAME_TYPE(cu_pointer_attribute, CUpointer_attribute),
+               "CUpointer_attribute");
 #define CHECK_CONSTANT(name) _Static_assert(MXD_##name == name, #name);
 _Static_assert(MXD_CU_SUCCESS == CUDA_SUCCESS, "CUDA_SUCCESS");
+_Static_assert(MXD_CU_ERROR_INVALID_VALUE == CUDA_ERROR_INVALID_VALUE,
+               "CUDA_ERROR_INVALID_VALUE");
+_Static_assert(MXD_CU_ERROR_OUT_OF_MEMORY == CUDA_ERROR_OUT_OF_MEMORY,
+               "CUDA_ERROR_OUT_OF_MEMORY");
 _Static_assert(MXD_CU_ERROR_NOT_READY == CUDA_ERROR_NOT_READY,
                "CUDA_ERROR_NOT_READY");
 _Static_assert(MXD_CU_ERROR_NOT_PERMITTED == CUDA_ERROR_NOT_PERMITTED,
@@ -46,12 +88,17 @@ CHECK_CONSTANT(CU_MEMHOSTALLOC_DEVICEMAP)
 CHECK_CONSTANT(CU_STREAM_WAIT_VALUE_GEQ)
 CHECK_CONSTANT(CU_STREAM_WAIT_VALUE_EQ)
 CHECK_CONSTANT(CU_DEVICE_ATTRIBUTE_INTEGRATED)
+CHECK_CONSTANT(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)
+CHECK_CONSTANT(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
 CHECK_CONSTANT(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
 CHECK_CONSTANT(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
 CHECK_CONSTANT(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1)
 CHECK_CONSTANT(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS)
 CHECK_CONSTANT(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)
 CHECK_CONSTANT(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)
+CHECK_CONSTANT(CU_MEMORYTYPE_HOST)
+CHECK_CONSTANT(CU_MEMORYTYPE_DEVICE)
+CHECK_CONSTANT(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
 #undef CHECK_CONSTANT
 #endif
 
@@ -76,8 +123,13 @@ _Static_assert(SAME_TYPE(hip_stream_callback, hipStreamCallback_t),
                "hipStreamCallback_t");
 _Static_assert(SAME_TYPE(hip_device_attribute, hipDeviceAttribute_t),
                "hipDeviceAttribute_t");
+_Static_assert(SAME_TYPE(hip_memcpy_kind, hipMemcpyKind), "hipMemcpyKind");
+_Static_assert(SAME_TYPE(hip_pointer_attribute, hipPointer_attribute),
+               "hipPointer_attribute");
 #define CHECK_CONSTANT(ours, theirs) _Static_assert(ours == theirs, #theirs);
 CHECK_CONSTANT(MXD_HIP_SUCCESS, hipSuccess)
+CHECK_CONSTANT(MXD_HIP_ERROR_INVALID_VALUE, hipErrorInvalidValue)
+CHECK_CONSTANT(MXD_HIP_ERROR_OUT_OF_MEMORY, hipErrorOutOfMemory)
 CHECK_CONSTANT(MXD_HIP_ERROR_NOT_READY, hipErrorNotReady)
 CHECK_CONSTANT(MXD_HIP_ERROR_NOT_SUPPORTED, hipErrorNotSupported)
 CHECK_CONSTANT(MXD_HIP_STREAM_NON_BLOCKING, hipStreamNonBlocking)
@@ -91,6 +143,13 @@ CHECK_CONSTANT(MXD_HIP_DEVICE_ATTRIBUTE_INTEGRATED,
                hipDeviceAttributeIntegrated)
 CHECK_CONSTANT(MXD_HIP_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE,
                hipDeviceAttributeCanUseStreamWaitValue)
+CHECK_CONSTANT(MXD_HIP_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+               hipDeviceAttributeMemoryPoolsSupported)
+CHECK_CONSTANT(MXD_HIP_MEMCPY_HOST_TO_DEVICE, hipMemcpyHostToDevice)
+CHECK_CONSTANT(MXD_HIP_MEMCPY_DEVICE_TO_HOST, hipMemcpyDeviceToHost)
+CHECK_CONSTANT(MXD_HIP_MEMCPY_DEVICE_TO_DEVICE, hipMemcpyDeviceToDevice)
+CHECK_CONSTANT(MXD_HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+               HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
 #if HIP_VERSION >= 50300000
 _Static_assert(SAME_TYPE(hip_graph_mem_attribute, hipGraphMemAttributeType),
                "hipGraphMemAttributeType");

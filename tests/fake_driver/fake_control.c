@@ -2,6 +2,7 @@
  * fake GPU driver: everything the two API fronts share that is not a
  * stream, an event or host memory. */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,12 @@ static void fake_init(void)
     cfg->peer = (int)fake_env_int("FAKE_GPU_PEER", 1) != 0;
     cfg->init_error = (unsigned)fake_env_int("FAKE_GPU_INIT_ERROR", 0);
     cfg->driver_version = (int)fake_env_int("FAKE_GPU_DRIVER_VERSION", 13000);
+    cfg->hang_seconds = (int)fake_env_int("FAKE_GPU_HANG_SECONDS", 10);
+    cfg->queue_depth = fake_env_int("FAKE_GPU_QUEUE_DEPTH", 1024);
+    if (cfg->queue_depth < 1)
+        cfg->queue_depth = 1;
+    cfg->stream_mem_ops = (int)fake_env_int("FAKE_GPU_STREAM_MEM_OPS", 1) != 0;
+    cfg->memory_pools = (int)fake_env_int("FAKE_GPU_MEMORY_POOLS", 1) != 0;
     fake_arm_from_env();
 }
 
@@ -141,10 +148,45 @@ static atomic_int fake_armed[FAKE_ID_COUNT];
 static fake_fault fake_faults[FAKE_ID_COUNT][FAKE_MAX_FAULTS];
 static pthread_mutex_t fake_fault_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The entry point each thread is in, named in violation messages. */
+static _Thread_local int fake_current_entry = -1;
+
+const char *fake_current_entry_name(void)
+{
+    const char *name = fake_entry_name(fake_current_entry);
+    return name != NULL ? name : "the fake";
+}
+
+static bool fake_can_fail(int id);
+
+/* The real drivers run callbacks on a thread of their own and forbid API
+ * calls there (CUDA: "must not make any CUDA API calls"; doing so may
+ * return CUDA_ERROR_NOT_PERMITTED or deadlock).  The fake always refuses
+ * and records a violation; the string-returning HIP calls cannot fail, so
+ * they are only recorded. */
+static unsigned fake_refuse_callback_call(int id, const char *kind)
+{
+    const char *name = fake_names[id];
+    bool hip = strncmp(name, "hip", 3) == 0;
+    if (!fake_can_fail(id)) {
+        fake_violation("%s called from a %s (not permitted; it returns a "
+                       "string, so it cannot fail)",
+                       name, kind);
+        return 0;
+    }
+    fake_violation("%s called from a %s (%s)", name, kind,
+                   hip ? "hipErrorNotSupported" : "CUDA_ERROR_NOT_PERMITTED");
+    return hip ? FAKE_E_NOT_SUPPORTED : FAKE_E_NOT_PERMITTED;
+}
+
 unsigned fake_enter(int id)
 {
     pthread_once(&fake_once, fake_init);
     atomic_fetch_add_explicit(&fake_calls[id], 1, memory_order_relaxed);
+    fake_current_entry = id;
+    const char *kind = fake_callback_kind();
+    if (kind != NULL) /* before any fault: the call has no effect at all */
+        return fake_refuse_callback_call(id, kind);
     if (atomic_load_explicit(&fake_armed[id], memory_order_acquire) == 0)
         return 0;
     unsigned code = 0;
@@ -231,6 +273,64 @@ FAKE_EXPORT int fake_gpu_calls(const char *entry_point)
     return id < 0 ? -1 : atomic_load(&fake_calls[id]);
 }
 
+/* ---- Violations ----------------------------------------------------- */
+
+enum { FAKE_KEPT_VIOLATIONS = 64, FAKE_VIOLATION_LEN = 320 };
+
+/* Its own lock, taken last: violations are recorded with fake_lock held. */
+static pthread_mutex_t fake_violation_lock = PTHREAD_MUTEX_INITIALIZER;
+static int fake_violation_count; /* since the last clear */
+static char fake_violation_text[FAKE_KEPT_VIOLATIONS][FAKE_VIOLATION_LEN];
+
+/* Keeps and prints the first FAKE_KEPT_VIOLATIONS since the last clear (a
+ * backend that breaks a rule in a loop would flood the test output), and
+ * counts every one. */
+void fake_violation(const char *format, ...)
+{
+    char text[FAKE_VIOLATION_LEN];
+    va_list args;
+    va_start(args, format);
+    vsnprintf(text, sizeof text, format, args);
+    va_end(args);
+    pthread_mutex_lock(&fake_violation_lock);
+    int n = fake_violation_count++;
+    if (n < FAKE_KEPT_VIOLATIONS) {
+        memcpy(fake_violation_text[n], text, sizeof text);
+        fprintf(stderr, "fake_gpu: violation: %s\n", text);
+    } else if (n == FAKE_KEPT_VIOLATIONS) {
+        fprintf(stderr, "fake_gpu: violation: (more violations are counted "
+                        "but not printed)\n");
+    }
+    pthread_mutex_unlock(&fake_violation_lock);
+}
+
+FAKE_EXPORT int fake_gpu_violations(void)
+{
+    pthread_mutex_lock(&fake_violation_lock);
+    int n = fake_violation_count;
+    pthread_mutex_unlock(&fake_violation_lock);
+    return n;
+}
+
+/* The text stays valid until the next fake_gpu_clear_violations. */
+FAKE_EXPORT const char *fake_gpu_violation(int i)
+{
+    pthread_mutex_lock(&fake_violation_lock);
+    const char *text =
+        i >= 0 && i < fake_violation_count && i < FAKE_KEPT_VIOLATIONS
+            ? fake_violation_text[i]
+            : NULL;
+    pthread_mutex_unlock(&fake_violation_lock);
+    return text;
+}
+
+FAKE_EXPORT void fake_gpu_clear_violations(void)
+{
+    pthread_mutex_lock(&fake_violation_lock);
+    fake_violation_count = 0;
+    pthread_mutex_unlock(&fake_violation_lock);
+}
+
 /* ---- Error names ---------------------------------------------------- */
 
 typedef struct fake_error {
@@ -249,6 +349,8 @@ static const fake_error fake_errors[] = {
     {4, "CUDA_ERROR_DEINITIALIZED", "hipErrorDeinitialized",
      "driver shutting down"},
     {34, "CUDA_ERROR_STUB_LIBRARY", NULL, "CUDA driver is a stub library"},
+    {21, NULL, "hipErrorInvalidMemcpyDirection",
+     "invalid copy direction for memcpy"},
     {35, NULL, "hipErrorInsufficientDriver",
      "driver version is insufficient for runtime version"},
     {46, "CUDA_ERROR_DEVICE_UNAVAILABLE", NULL,
@@ -267,6 +369,7 @@ static const fake_error fake_errors[] = {
      "an illegal memory access was encountered"},
     {719, "CUDA_ERROR_LAUNCH_FAILED", "hipErrorLaunchFailure",
      "unspecified launch failure"},
+    {800, "CUDA_ERROR_NOT_PERMITTED", NULL, "operation not permitted"},
     {801, "CUDA_ERROR_NOT_SUPPORTED", "hipErrorNotSupported",
      "operation not supported"},
     {999, "CUDA_ERROR_UNKNOWN", "hipErrorUnknown", "unknown error"},

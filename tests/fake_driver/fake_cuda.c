@@ -6,14 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fake_gpu.h"
+#include "fake_front.h"
 
-/* Declaring every entry point from the project's X-macro makes the
- * compiler reject a definition below whose signature drifted. */
-#define FAKE_DECLARE(name, version, kind, ret, params)                         \
-    FAKE_VISIBILITY(name) ret name params;
-CUDA_ENTRY_POINTS(FAKE_DECLARE)
-#undef FAKE_DECLARE
+CUDA_ENTRY_POINTS(FAKE_DECLARE_CU)
 
 #define FAKE_PROC_V1_PARAMS                                                    \
     (const char *symbol, void **pfn, int cuda_version, uint64_t flags)
@@ -45,23 +40,12 @@ FAKE_ALIAS(cuStreamWaitValue64, cuStreamWaitValue64_v2, cu_result,
 FAKE_ALIAS(cuEventElapsedTime, cuEventElapsedTime_v2, cu_result,
            (float *ms, cu_event start, cu_event end));
 
-/* Counts the call and fires an armed fault before anything else. */
-#define FAKE_ENTER(name)                                                       \
-    do {                                                                       \
-        unsigned fake_fault_ = fake_enter(FAKE_ID_##name);                     \
-        if (fake_fault_ != 0)                                                  \
-            return fake_fault_;                                                \
-    } while (0)
-
-/* Every call but the error names and cuGetProcAddress needs cuInit. */
 static atomic_bool fake_initialized;
 
-#define FAKE_BEGIN(name)                                                       \
-    do {                                                                       \
-        FAKE_ENTER(name);                                                      \
-        if (!atomic_load(&fake_initialized))                                   \
-            return FAKE_E_NOT_INITIALIZED;                                     \
-    } while (0)
+bool fake_cuda_initialized(void)
+{
+    return atomic_load(&fake_initialized);
+}
 
 /* ---- Contexts ------------------------------------------------------- */
 
@@ -88,9 +72,15 @@ static bool fake_valid_context(cu_context ctx)
            ctx < fake_primary + n;
 }
 
-/* The device of the current context: calls that create objects need one,
- * which catches a backend that forgot to push its context. */
-static unsigned fake_current_device(int *device)
+bool fake_cuda_context_device(cu_context ctx, int *device)
+{
+    if (!fake_valid_context(ctx))
+        return false;
+    *device = ctx->device;
+    return true;
+}
+
+unsigned fake_cuda_current_device(int *device)
 {
     if (fake_ctx_depth == 0)
         return FAKE_E_INVALID_CONTEXT;
@@ -109,7 +99,7 @@ static void fake_make_primary(void)
 cu_result cuInit(unsigned int flags)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    FAKE_ENTER(cuInit);
+    FAKE_CU_ENTER(cuInit);
     if (fake_cfg()->init_error != 0)
         return fake_cfg()->init_error;
     if (flags != 0)
@@ -124,7 +114,7 @@ cu_result cuInit(unsigned int flags)
 /* Like the real one, it needs no cuInit. */
 cu_result cuDriverGetVersion(int *version)
 {
-    FAKE_ENTER(cuDriverGetVersion);
+    FAKE_CU_ENTER(cuDriverGetVersion);
     if (version == NULL)
         return FAKE_E_INVALID_VALUE;
     *version = fake_cfg()->driver_version;
@@ -133,7 +123,7 @@ cu_result cuDriverGetVersion(int *version)
 
 cu_result cuDevicePrimaryCtxRetain(cu_context *ctx, cu_device dev)
 {
-    FAKE_BEGIN(cuDevicePrimaryCtxRetain);
+    FAKE_CU_BEGIN(cuDevicePrimaryCtxRetain);
     if (ctx == NULL)
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev))
@@ -145,7 +135,7 @@ cu_result cuDevicePrimaryCtxRetain(cu_context *ctx, cu_device dev)
 
 cu_result cuCtxPushCurrent(cu_context ctx)
 {
-    FAKE_BEGIN(cuCtxPushCurrent);
+    FAKE_CU_BEGIN(cuCtxPushCurrent);
     if (!fake_valid_context(ctx))
         return FAKE_E_INVALID_CONTEXT;
     if (fake_ctx_depth == FAKE_MAX_PUSH)
@@ -156,7 +146,7 @@ cu_result cuCtxPushCurrent(cu_context ctx)
 
 cu_result cuCtxPopCurrent(cu_context *ctx)
 {
-    FAKE_BEGIN(cuCtxPopCurrent);
+    FAKE_CU_BEGIN(cuCtxPopCurrent);
     if (fake_ctx_depth == 0)
         return FAKE_E_INVALID_CONTEXT;
     cu_context top = fake_ctx_stack[--fake_ctx_depth];
@@ -169,7 +159,7 @@ cu_result cuCtxPopCurrent(cu_context *ctx)
 
 cu_result cuGetErrorName(cu_result error, const char **name)
 {
-    FAKE_ENTER(cuGetErrorName);
+    FAKE_CU_ENTER(cuGetErrorName);
     if (name == NULL)
         return FAKE_E_INVALID_VALUE;
     *name = fake_error_name(error, false);
@@ -178,7 +168,7 @@ cu_result cuGetErrorName(cu_result error, const char **name)
 
 cu_result cuGetErrorString(cu_result error, const char **text)
 {
-    FAKE_ENTER(cuGetErrorString);
+    FAKE_CU_ENTER(cuGetErrorString);
     if (text == NULL)
         return FAKE_E_INVALID_VALUE;
     *text = fake_error_string(error, false);
@@ -189,7 +179,7 @@ cu_result cuGetErrorString(cu_result error, const char **text)
 
 cu_result cuDeviceGetCount(int *count)
 {
-    FAKE_BEGIN(cuDeviceGetCount);
+    FAKE_CU_BEGIN(cuDeviceGetCount);
     if (count == NULL)
         return FAKE_E_INVALID_VALUE;
     *count = fake_cfg()->devices;
@@ -198,7 +188,7 @@ cu_result cuDeviceGetCount(int *count)
 
 cu_result cuDeviceGet(cu_device *device, int ordinal)
 {
-    FAKE_BEGIN(cuDeviceGet);
+    FAKE_CU_BEGIN(cuDeviceGet);
     if (device == NULL)
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(ordinal))
@@ -209,7 +199,7 @@ cu_result cuDeviceGet(cu_device *device, int ordinal)
 
 cu_result cuDeviceGetName(char *name, int len, cu_device dev)
 {
-    FAKE_BEGIN(cuDeviceGetName);
+    FAKE_CU_BEGIN(cuDeviceGetName);
     if (name == NULL || len <= 0)
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev))
@@ -236,8 +226,16 @@ static bool fake_attribute(cu_device_attribute attrib, int *value)
     case 41: *value = 0; return true;
     case FAKE_CU_ATTR_CC_MAJOR: *value = cfg->cc_major; return true;
     case FAKE_CU_ATTR_CC_MINOR: *value = cfg->cc_minor; return true;
-    case 92: *value = 1; return true; /* CAN_USE_STREAM_MEM_OPS_V1 */
-    case 93: *value = 1; return true; /* CAN_USE_64_BIT_STREAM_MEM_OPS_V1 */
+    case FAKE_CU_ATTR_MEMORY_POOLS: *value = cfg->memory_pools; return true;
+    case FAKE_CU_ATTR_STREAM_MEM_OPS_V1:
+    case FAKE_CU_ATTR_64_BIT_STREAM_MEM_OPS_V1:
+        *value = cfg->stream_mem_ops;
+        return true;
+    /* CUDA 12 added this name; older drivers reject it, and answer under
+     * the one CUDA 12 renamed ..._V1. */
+    case FAKE_CU_ATTR_64_BIT_STREAM_MEM_OPS:
+        *value = cfg->stream_mem_ops;
+        return cfg->driver_version >= 12000;
     default: return false;
     }
 }
@@ -245,7 +243,7 @@ static bool fake_attribute(cu_device_attribute attrib, int *value)
 cu_result cuDeviceGetAttribute(int *value, cu_device_attribute attrib,
                                cu_device dev)
 {
-    FAKE_BEGIN(cuDeviceGetAttribute);
+    FAKE_CU_BEGIN(cuDeviceGetAttribute);
     if (value == NULL)
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev))
@@ -255,7 +253,7 @@ cu_result cuDeviceGetAttribute(int *value, cu_device_attribute attrib,
 
 cu_result cuDeviceTotalMem(size_t *bytes, cu_device dev)
 {
-    FAKE_BEGIN(cuDeviceTotalMem);
+    FAKE_CU_BEGIN(cuDeviceTotalMem);
     if (bytes == NULL)
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev))
@@ -266,7 +264,7 @@ cu_result cuDeviceTotalMem(size_t *bytes, cu_device dev)
 
 cu_result cuDeviceCanAccessPeer(int *can_access, cu_device dev, cu_device peer)
 {
-    FAKE_BEGIN(cuDeviceCanAccessPeer);
+    FAKE_CU_BEGIN(cuDeviceCanAccessPeer);
     if (can_access == NULL)
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev) || !fake_valid_device(peer))
@@ -278,8 +276,8 @@ cu_result cuDeviceCanAccessPeer(int *can_access, cu_device dev, cu_device peer)
 cu_result cuMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 {
     int dev;
-    FAKE_BEGIN(cuMemGetInfo);
-    unsigned rc = fake_current_device(&dev);
+    FAKE_CU_BEGIN(cuMemGetInfo);
+    unsigned rc = fake_cuda_current_device(&dev);
     if (rc != FAKE_E_OK)
         return rc;
     if (free_bytes == NULL || total_bytes == NULL)
@@ -292,7 +290,7 @@ cu_result cuMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 cu_result cuDeviceGetGraphMemAttribute(cu_device dev,
                                        cu_graph_mem_attribute attr, void *value)
 {
-    FAKE_BEGIN(cuDeviceGetGraphMemAttribute);
+    FAKE_CU_BEGIN(cuDeviceGetGraphMemAttribute);
     if (value == NULL || attr > 3) /* USED/RESERVED x CURRENT/HIGH */
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev))
@@ -306,8 +304,8 @@ cu_result cuDeviceGetGraphMemAttribute(cu_device dev,
 cu_result cuStreamCreate(cu_stream *stream, unsigned int flags)
 {
     int dev;
-    FAKE_BEGIN(cuStreamCreate);
-    unsigned rc = fake_current_device(&dev);
+    FAKE_CU_BEGIN(cuStreamCreate);
+    unsigned rc = fake_cuda_current_device(&dev);
     if (rc != FAKE_E_OK)
         return rc;
     if (stream == NULL || (flags & ~(unsigned)FAKE_STREAM_NON_BLOCKING) != 0)
@@ -319,26 +317,26 @@ cu_result cuStreamCreate(cu_stream *stream, unsigned int flags)
  * backend that uses it (SPEC: every queue is a stream of its own) fails. */
 cu_result cuStreamDestroy(cu_stream stream)
 {
-    FAKE_BEGIN(cuStreamDestroy);
+    FAKE_CU_BEGIN(cuStreamDestroy);
     return fake_stream_destroy(stream);
 }
 
 cu_result cuStreamQuery(cu_stream stream)
 {
-    FAKE_BEGIN(cuStreamQuery);
+    FAKE_CU_BEGIN(cuStreamQuery);
     return fake_stream_query(stream);
 }
 
 cu_result cuStreamSynchronize(cu_stream stream)
 {
-    FAKE_BEGIN(cuStreamSynchronize);
+    FAKE_CU_BEGIN(cuStreamSynchronize);
     return fake_stream_synchronize(stream);
 }
 
 cu_result cuStreamWaitEvent(cu_stream stream, cu_event event,
                             unsigned int flags)
 {
-    FAKE_BEGIN(cuStreamWaitEvent);
+    FAKE_CU_BEGIN(cuStreamWaitEvent);
     if (flags != 0)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_wait_event(stream, event);
@@ -348,7 +346,9 @@ cu_result cuStreamWaitValue64(cu_stream stream, cu_deviceptr addr,
                               uint64_t value, unsigned int flags)
 {
     enum { FLUSH = 1u << 30 };
-    FAKE_BEGIN(cuStreamWaitValue64);
+    FAKE_CU_BEGIN(cuStreamWaitValue64);
+    if (!fake_cfg()->stream_mem_ops)
+        return FAKE_E_NOT_SUPPORTED; /* a device or driver without them */
     if ((flags & ~(3u | FLUSH)) != 0)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_wait_value(stream, (uintptr_t)addr, value, flags & 3u,
@@ -357,14 +357,14 @@ cu_result cuStreamWaitValue64(cu_stream stream, cu_deviceptr addr,
 
 cu_result cuLaunchHostFunc(cu_stream stream, cu_host_fn fn, void *user_data)
 {
-    FAKE_BEGIN(cuLaunchHostFunc);
+    FAKE_CU_BEGIN(cuLaunchHostFunc);
     return fake_stream_host_fn(stream, fn, user_data);
 }
 
 cu_result cuStreamAddCallback(cu_stream stream, cu_stream_callback callback,
                               void *user_data, unsigned int flags)
 {
-    FAKE_BEGIN(cuStreamAddCallback);
+    FAKE_CU_BEGIN(cuStreamAddCallback);
     if (flags != 0)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_callback(stream, FAKE_CB_CUDA, (void (*)(void))callback,
@@ -376,8 +376,8 @@ cu_result cuStreamAddCallback(cu_stream stream, cu_stream_callback callback,
 cu_result cuEventCreate(cu_event *event, unsigned int flags)
 {
     int dev;
-    FAKE_BEGIN(cuEventCreate);
-    unsigned rc = fake_current_device(&dev);
+    FAKE_CU_BEGIN(cuEventCreate);
+    unsigned rc = fake_cuda_current_device(&dev);
     if (rc != FAKE_E_OK)
         return rc;
     /* DEFAULT, BLOCKING_SYNC, DISABLE_TIMING, INTERPROCESS */
@@ -388,31 +388,31 @@ cu_result cuEventCreate(cu_event *event, unsigned int flags)
 
 cu_result cuEventDestroy(cu_event event)
 {
-    FAKE_BEGIN(cuEventDestroy);
+    FAKE_CU_BEGIN(cuEventDestroy);
     return fake_event_destroy(event);
 }
 
 cu_result cuEventRecord(cu_event event, cu_stream stream)
 {
-    FAKE_BEGIN(cuEventRecord);
+    FAKE_CU_BEGIN(cuEventRecord);
     return fake_event_record(event, stream);
 }
 
 cu_result cuEventQuery(cu_event event)
 {
-    FAKE_BEGIN(cuEventQuery);
+    FAKE_CU_BEGIN(cuEventQuery);
     return fake_event_query(event);
 }
 
 cu_result cuEventSynchronize(cu_event event)
 {
-    FAKE_BEGIN(cuEventSynchronize);
+    FAKE_CU_BEGIN(cuEventSynchronize);
     return fake_event_synchronize(event);
 }
 
 cu_result cuEventElapsedTime(float *ms, cu_event start, cu_event end)
 {
-    FAKE_BEGIN(cuEventElapsedTime);
+    FAKE_CU_BEGIN(cuEventElapsedTime);
     return fake_event_elapsed(ms, start, end);
 }
 
@@ -421,8 +421,8 @@ cu_result cuEventElapsedTime(float *ms, cu_event start, cu_event end)
 cu_result cuMemHostAlloc(void **host, size_t bytes, unsigned int flags)
 {
     int dev;
-    FAKE_BEGIN(cuMemHostAlloc);
-    unsigned rc = fake_current_device(&dev);
+    FAKE_CU_BEGIN(cuMemHostAlloc);
+    unsigned rc = fake_cuda_current_device(&dev);
     if (rc != FAKE_E_OK)
         return rc;
     /* PORTABLE, DEVICEMAP, WRITECOMBINED */
@@ -439,8 +439,8 @@ cu_result cuMemHostGetDevicePointer(cu_deviceptr *device, void *host,
 {
     int dev;
     void *ptr;
-    FAKE_BEGIN(cuMemHostGetDevicePointer);
-    unsigned rc = fake_current_device(&dev);
+    FAKE_CU_BEGIN(cuMemHostGetDevicePointer);
+    unsigned rc = fake_cuda_current_device(&dev);
     if (rc != FAKE_E_OK)
         return rc;
     if (device == NULL || flags != 0)
@@ -451,10 +451,14 @@ cu_result cuMemHostGetDevicePointer(cu_deviceptr *device, void *host,
     return rc;
 }
 
+/* Needs a current context, as documented (the freed memory need not be
+ * the context's), and synchronises the allocation's device. */
 cu_result cuMemFreeHost(void *host)
 {
-    FAKE_BEGIN(cuMemFreeHost);
-    return fake_host_free(host);
+    int dev;
+    FAKE_CU_BEGIN(cuMemFreeHost);
+    unsigned rc = fake_cuda_current_device(&dev);
+    return rc != FAKE_E_OK ? rc : fake_host_free(host);
 }
 
 /* ---- cuGetProcAddress ----------------------------------------------- */
@@ -470,7 +474,39 @@ typedef struct fake_proc {
 static const fake_proc fake_procs[] = {CUDA_ENTRY_POINTS(FAKE_PROC)};
 #undef FAKE_PROC
 
+/* Entry points older than the ABI version cuda_abi.h declares for them:
+ * the CUDA version since which a function of the declared signature
+ * exists.  The _v2 variants of these kept the signature (cuStreamDestroy,
+ * cuEventElapsedTime), or the function is older than its _v2 name
+ * (cuStreamWaitValue64: 9.0).  Every other entry point first existed at
+ * its declared version: the genuinely new APIs, and the _v2 variants of
+ * CUDA 3.2 whose v1 took 32-bit sizes or device pointers. */
+static const struct {
+    const char *name;
+    int version;
+} fake_introduced[] = {
+    {"cuCtxPushCurrent", 2000},   {"cuCtxPopCurrent", 2000},
+    {"cuStreamDestroy", 2000},    {"cuEventDestroy", 2000},
+    {"cuEventElapsedTime", 2000}, {"cuStreamWaitValue64", 9000},
+};
+
+static int fake_introduced_version(const fake_proc *p)
+{
+    for (size_t i = 0; i < sizeof fake_introduced / sizeof *fake_introduced;
+         i++)
+        if (strcmp(fake_introduced[i].name, p->name) == 0)
+            return fake_introduced[i].version;
+    return p->version;
+}
+
 enum { FAKE_PROC_FOUND = 0, FAKE_PROC_NOT_FOUND = 1, FAKE_PROC_OLD = 2 };
+
+static atomic_int fake_proc_refusals;
+
+int fake_cuda_proc_too_new(void)
+{
+    return atomic_load(&fake_proc_refusals);
+}
 
 static void *fake_self_proc(int cuda_version)
 {
@@ -480,15 +516,34 @@ static void *fake_self_proc(int cuda_version)
                                  : (void *)&cuGetProcAddress;
 }
 
-/* Resolves BASE names.  Asking for a version older than the ABI cuda_abi.h
- * declares would hand a real backend the older ABI; the fake has only the
- * declared one, so it answers "version not sufficient" instead. */
+/* The status of a lookup of entry point p: absent from this driver (it is
+ * newer, or the library was built without it), not in the CUDA version
+ * asked for, or found. */
+static int fake_proc_status(const fake_proc *p, int cuda_version)
+{
+    int introduced = fake_introduced_version(p);
+    if (p->fn == NULL || introduced > fake_cfg()->driver_version)
+        return FAKE_PROC_NOT_FOUND;
+    if (cuda_version < 2000 || cuda_version < introduced)
+        return FAKE_PROC_OLD;
+    return FAKE_PROC_FOUND;
+}
+
+/* Resolves BASE names.  Between an entry point's introduction and its
+ * declared ABI version the fake hands out the declared function: the
+ * versions in fake_introduced share its signature. */
 static unsigned fake_get_proc(const char *symbol, void **pfn, int cuda_version,
                               uint64_t flags, int *status)
 {
     int st = FAKE_PROC_NOT_FOUND;
     if (symbol == NULL || pfn == NULL || flags > 2)
         return FAKE_E_INVALID_VALUE;
+    /* Documented: "If the specified CUDA version is greater than the
+     * driver version, the API will return CUDA_ERROR_INVALID_VALUE". */
+    if (cuda_version > fake_cfg()->driver_version) {
+        atomic_fetch_add(&fake_proc_refusals, 1);
+        return FAKE_E_INVALID_VALUE;
+    }
     *pfn = NULL;
     if (strcmp(symbol, "cuGetProcAddress") == 0) {
         *pfn = fake_self_proc(cuda_version);
@@ -496,9 +551,9 @@ static unsigned fake_get_proc(const char *symbol, void **pfn, int cuda_version,
     }
     for (size_t i = 0; i < sizeof fake_procs / sizeof *fake_procs; i++) {
         const fake_proc *p = &fake_procs[i];
-        if (p->fn == NULL || strcmp(p->name, symbol) != 0)
+        if (strcmp(p->name, symbol) != 0)
             continue;
-        st = cuda_version < p->version ? FAKE_PROC_OLD : FAKE_PROC_FOUND;
+        st = fake_proc_status(p, cuda_version);
         if (st == FAKE_PROC_FOUND)
             *pfn = p->fn;
     }
@@ -510,13 +565,13 @@ static unsigned fake_get_proc(const char *symbol, void **pfn, int cuda_version,
 cu_result cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda_version,
                               uint64_t flags, int *status)
 {
-    FAKE_ENTER(cuGetProcAddress);
+    FAKE_CU_ENTER(cuGetProcAddress);
     return fake_get_proc(symbol, pfn, cuda_version, flags, status);
 }
 
 cu_result cuGetProcAddress(const char *symbol, void **pfn, int cuda_version,
                            uint64_t flags)
 {
-    FAKE_ENTER(cuGetProcAddress);
+    FAKE_CU_ENTER(cuGetProcAddress);
     return fake_get_proc(symbol, pfn, cuda_version, flags, NULL);
 }

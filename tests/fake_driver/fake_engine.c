@@ -1,30 +1,29 @@
-/* The engine behind both API fronts: streams run by host threads, events,
- * mapped pinned host memory and the object-level control API.
+/* Streams run by host threads, events and the object-level control API
+ * (fake_engine.h describes the locking).
  *
- * One global mutex guards all engine state and one condition variable,
- * broadcast whenever any stream item completes, serves every waiter (host
- * synchronize calls and cross-stream event waits).  That is slow for
- * thousands of busy streams and fast enough for a test fake; it keeps the
- * locking easy to check.  Each stream owns a detached thread that runs its
- * items in FIFO order and exits once the stream is destroyed and drained,
- * so streams run concurrently and any item may block. */
+ * Each stream owns a detached thread that runs its items in FIFO order and
+ * exits once the stream is destroyed and drained, so streams run
+ * concurrently and any item may block.  Host functions and stream
+ * callbacks run on the device's callback thread (fake_callbacks.c). */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "fake_gpu.h"
+#include "fake_engine.h"
 
-static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t fake_changed = PTHREAD_COND_INITIALIZER;
+pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t fake_changed = PTHREAD_COND_INITIALIZER;
 
 /* Counters for fake_gpu_live and fake_gpu_threads; under fake_lock. */
-static int fake_live_streams, fake_live_events, fake_live_allocs;
+static int fake_live_streams, fake_live_events;
 static int fake_live_threads;
+
+/* Every stream not yet freed, destroyed ones still draining included. */
+static fake_stream *fake_all_streams;
 
 static uint64_t fake_now_ns(void)
 {
@@ -122,16 +121,6 @@ static void fake_unregister(const void *h)
 
 /* ---- Objects -------------------------------------------------------- */
 
-/* One record of an event: completes when the stream reaches it.  Shared by
- * the event (until re-recorded), the record item and any wait item taken
- * while it was the event's record, hence the reference count. */
-typedef struct fake_mark {
-    int refs;
-    bool done;
-    unsigned error; /* the stream's sticky error when it completed */
-    uint64_t time_ns;
-} fake_mark;
-
 typedef struct fake_event {
     int kind;
     int device;
@@ -139,66 +128,7 @@ typedef struct fake_event {
     fake_mark *mark; /* NULL until recorded */
 } fake_event;
 
-/* Pinned host memory mapped twice: `host` for the CPU and `dev`, a
- * different address of the same pages, standing in for the device's view. */
-typedef struct fake_alloc {
-    struct fake_alloc *next;
-    char *host, *dev;
-    size_t size, map_size;
-    int device;
-    bool mapped; /* has a device pointer (CU_MEMHOSTALLOC_DEVICEMAP) */
-    bool freed;  /* freed by the host while a wait item still polls it */
-    int refs;
-} fake_alloc;
-
-enum fake_item_type {
-    FAKE_ITEM_RECORD,
-    FAKE_ITEM_WAIT_MARK,
-    FAKE_ITEM_WAIT_VALUE,
-    FAKE_ITEM_HOST_FN,
-    FAKE_ITEM_CALLBACK,
-};
-
-typedef struct fake_item {
-    struct fake_item *next;
-    enum fake_item_type type;
-    union {
-        fake_mark *mark;
-        struct {
-            fake_alloc *alloc;
-            const uint64_t *addr;
-            uint64_t value, mask;
-            unsigned op;
-        } wait;
-        struct {
-            void (*fn)(void *);
-            void *data;
-        } host;
-        struct {
-            enum fake_callback_api api;
-            void (*fn)(void);
-            void *data;
-        } callback;
-    } u;
-} fake_item;
-
-typedef struct fake_stream {
-    int kind;
-    int device;
-    unsigned flags;
-    int refs; /* the worker thread + host threads waiting on it */
-    pthread_cond_t wake;
-    fake_item *head, *tail;
-    uint64_t submitted, completed;
-    unsigned sticky;        /* asynchronous error, reported from then on */
-    unsigned pending_fault; /* fails the next item (fake_gpu_async_error) */
-    bool destroyed;         /* by the user; the worker drains, then frees */
-} fake_stream;
-
-static fake_alloc *fake_allocs;
-static size_t *fake_allocated; /* bytes per device */
-
-static fake_stream *fake_find_stream(void *h)
+fake_stream *fake_find_stream(void *h)
 {
     return fake_registered(h) && ((fake_stream *)h)->kind == FAKE_KIND_STREAM
                ? h
@@ -218,19 +148,14 @@ static void fake_mark_unref(fake_mark *m)
         free(m);
 }
 
-static void fake_alloc_unref(fake_alloc *a)
-{
-    if (--a->refs > 0)
-        return;
-    munmap(a->host, a->map_size);
-    munmap(a->dev, a->map_size);
-    free(a);
-}
-
-static void fake_stream_unref(fake_stream *s)
+void fake_stream_unref(fake_stream *s)
 {
     if (--s->refs > 0)
         return;
+    fake_stream **p = &fake_all_streams;
+    while (*p != s)
+        p = &(*p)->next_all;
+    *p = s->next_all;
     pthread_cond_destroy(&s->wake);
     free(s);
 }
@@ -241,6 +166,10 @@ static void fake_item_free(fake_item *it)
         fake_mark_unref(it->u.mark);
     else if (it->type == FAKE_ITEM_WAIT_VALUE)
         fake_alloc_unref(it->u.wait.alloc);
+    else if (it->type == FAKE_ITEM_TRANSFER)
+        fake_transfer_release(&it->u.xfer);
+    else if (it->type == FAKE_ITEM_ALLOC || it->type == FAKE_ITEM_FREE)
+        fake_dmem_unref(it->u.dmem);
     free(it);
 }
 
@@ -280,15 +209,6 @@ static void fake_poll_value(fake_stream *s, fake_item *it)
     }
 }
 
-static void fake_call_back(fake_stream *s, fake_item *it, unsigned status)
-{
-    void *data = it->u.callback.data;
-    if (it->u.callback.api == FAKE_CB_CUDA)
-        ((cu_stream_callback)it->u.callback.fn)((cu_stream)s, status, data);
-    else
-        ((hip_stream_callback)it->u.callback.fn)((hip_stream)s, status, data);
-}
-
 /* After an asynchronous error a stream does no more work, as a CUDA
  * context does after a kernel fault: records complete carrying the error,
  * waits do not wait, host functions are skipped (cuLaunchHostFunc: "will
@@ -316,17 +236,15 @@ static void fake_run(fake_stream *s, fake_item *it)
             fake_poll_value(s, it);
         break;
     case FAKE_ITEM_HOST_FN:
-        if (err == 0) {
-            pthread_mutex_unlock(&fake_lock);
-            it->u.host.fn(it->u.host.data);
-            pthread_mutex_lock(&fake_lock);
-        }
+        if (err == 0)
+            fake_callback_run(s, it, 0);
         break;
-    case FAKE_ITEM_CALLBACK:
-        pthread_mutex_unlock(&fake_lock);
-        fake_call_back(s, it, err);
-        pthread_mutex_lock(&fake_lock);
-        break;
+    case FAKE_ITEM_CALLBACK: fake_callback_run(s, it, err); break;
+    case FAKE_ITEM_TRANSFER: fake_transfer_run(s, it, err); break;
+    /* Bookkeeping, done even after an error, so that memory is accounted
+     * for and freed as the program says. */
+    case FAKE_ITEM_ALLOC:
+    case FAKE_ITEM_FREE: fake_dmem_run(s, it); break;
     }
 }
 
@@ -356,9 +274,7 @@ static void *fake_worker(void *arg)
 
 /* ---- Streams -------------------------------------------------------- */
 
-/* Starts the worker with every signal blocked, so that signals keep going
- * to the application's threads (Python handles them on its main thread). */
-static bool fake_start_worker(fake_stream *s)
+bool fake_start_thread(void *(*main)(void *), void *arg)
 {
     pthread_attr_t attr;
     pthread_t thread;
@@ -367,7 +283,7 @@ static bool fake_start_worker(fake_stream *s)
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&thread, &attr, fake_worker, s);
+    int rc = pthread_create(&thread, &attr, main, arg);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     return rc == 0;
@@ -386,7 +302,8 @@ unsigned fake_stream_create(int device, unsigned flags, void **out)
     s->refs = 1; /* the worker's */
     pthread_cond_init(&s->wake, NULL);
     pthread_mutex_lock(&fake_lock);
-    if (!fake_register(s) || !fake_start_worker(s)) {
+    if (!fake_callback_thread_start(device) || !fake_register(s) ||
+        !fake_start_thread(fake_worker, s)) {
         if (fake_registered(s))
             fake_unregister(s);
         pthread_mutex_unlock(&fake_lock);
@@ -394,6 +311,8 @@ unsigned fake_stream_create(int device, unsigned flags, void **out)
         free(s);
         return FAKE_E_OUT_OF_MEMORY;
     }
+    s->next_all = fake_all_streams;
+    fake_all_streams = s;
     fake_live_threads++;
     fake_live_streams++;
     pthread_mutex_unlock(&fake_lock);
@@ -446,8 +365,95 @@ unsigned fake_stream_synchronize(void *h)
     return rc;
 }
 
-/* Appends an item; fake_lock held, s valid. */
-static void fake_enqueue(fake_stream *s, fake_item *it)
+/* ---- Waits a real driver could hang in ------------------------------ */
+
+void fake_deadline(struct timespec *deadline)
+{
+    clock_gettime(CLOCK_REALTIME, deadline); /* fake_changed's clock */
+    deadline->tv_sec += fake_cfg()->hang_seconds;
+}
+
+bool fake_wait_until(const struct timespec *deadline)
+{
+    return pthread_cond_timedwait(&fake_changed, &fake_lock, deadline) !=
+           ETIMEDOUT;
+}
+
+typedef struct fake_sync_target {
+    fake_stream *stream;
+    uint64_t target;
+} fake_sync_target;
+
+void fake_sync_device(int device)
+{
+    size_t n = 0, i = 0;
+    for (fake_stream *s = fake_all_streams; s != NULL; s = s->next_all)
+        n += s->device == device && s->completed < s->submitted;
+    fake_sync_target *targets = n > 0 ? calloc(n, sizeof *targets) : NULL;
+    if (targets == NULL)
+        return; /* idle (or no memory to wait with: then do not wait) */
+    for (fake_stream *s = fake_all_streams; s != NULL; s = s->next_all)
+        if (s->device == device && s->completed < s->submitted) {
+            targets[i++] = (fake_sync_target){s, s->submitted};
+            s->refs++; /* it may be destroyed and drained meanwhile */
+        }
+    struct timespec deadline;
+    fake_deadline(&deadline);
+    bool hung = false;
+    for (i = 0; i < n; i++) {
+        while (!hung && targets[i].stream->completed < targets[i].target)
+            hung = !fake_wait_until(&deadline);
+        fake_stream_unref(targets[i].stream);
+    }
+    free(targets);
+    if (hung)
+        fake_violation("%s would deadlock: device %d still busy after %d s; "
+                       "a real driver hangs here",
+                       fake_current_entry_name(), device,
+                       fake_cfg()->hang_seconds);
+}
+
+bool fake_drain_stream(fake_stream *s)
+{
+    uint64_t target = s->submitted;
+    struct timespec deadline;
+    fake_deadline(&deadline);
+    bool hung = false;
+    s->refs++;
+    while (!hung && s->completed < target)
+        hung = !fake_wait_until(&deadline);
+    fake_stream_unref(s);
+    return !hung;
+}
+
+/* A real driver's submission queue is finite: a call that enqueues on a
+ * stream with FAKE_GPU_QUEUE_DEPTH items pending blocks until one
+ * completes (bounded here by FAKE_GPU_HANG_SECONDS, then a violation).
+ * False when the stream was destroyed meanwhile. */
+static bool fake_wait_for_room(fake_stream *s)
+{
+    long long depth = fake_cfg()->queue_depth;
+    if ((long long)(s->submitted - s->completed) < depth)
+        return true;
+    struct timespec deadline;
+    fake_deadline(&deadline);
+    bool hung = false;
+    s->refs++;
+    while (!hung && !s->destroyed &&
+           (long long)(s->submitted - s->completed) >= depth)
+        hung = !fake_wait_until(&deadline);
+    bool alive = !s->destroyed;
+    fake_stream_unref(s);
+    if (hung && alive)
+        fake_violation("%s blocked %d s on a full stream; a real driver "
+                       "would deadlock",
+                       fake_current_entry_name(), fake_cfg()->hang_seconds);
+    return alive;
+}
+
+/* ---- Enqueueing ----------------------------------------------------- */
+
+void fake_enqueue(fake_stream *s, fake_item *it)
 {
     it->next = NULL;
     if (s->tail != NULL)
@@ -459,20 +465,21 @@ static void fake_enqueue(fake_stream *s, fake_item *it)
     pthread_cond_signal(&s->wake);
 }
 
-/* Finds the stream and allocates an item for it, or fails with fake_lock
- * released.  On success fake_lock is held. */
-static unsigned fake_begin_item(void *h, fake_stream **s, fake_item **it)
+unsigned fake_begin_item(void *h, fake_stream **s, fake_item **it)
 {
     *it = calloc(1, sizeof **it);
     if (*it == NULL)
         return FAKE_E_OUT_OF_MEMORY;
     pthread_mutex_lock(&fake_lock);
     *s = fake_find_stream(h);
+    if (*s != NULL && !fake_wait_for_room(*s))
+        *s = NULL;
     if (*s == NULL) {
         pthread_mutex_unlock(&fake_lock);
         free(*it);
         return FAKE_E_INVALID_HANDLE;
     }
+    (*it)->entry = fake_current_entry_name();
     return FAKE_E_OK;
 }
 
@@ -510,17 +517,6 @@ unsigned fake_stream_callback(void *h, enum fake_callback_api api,
     fake_enqueue(s, it);
     pthread_mutex_unlock(&fake_lock);
     return FAKE_E_OK;
-}
-
-/* The live mapped allocation whose device view holds [addr, addr + 8). */
-static fake_alloc *fake_find_device_word(uintptr_t addr)
-{
-    for (fake_alloc *a = fake_allocs; a != NULL; a = a->next) {
-        uintptr_t base = (uintptr_t)a->dev;
-        if (a->mapped && addr >= base && addr - base + 8 <= a->size)
-            return a;
-    }
-    return NULL;
 }
 
 /* Only a device address is accepted: the host address of the same memory
@@ -703,130 +699,6 @@ unsigned fake_event_elapsed(float *ms, void *start, void *end)
     return rc;
 }
 
-/* ---- Pinned host memory --------------------------------------------- */
-
-size_t fake_free_mem(int device)
-{
-    size_t total = fake_cfg()->total_mem, used;
-    pthread_mutex_lock(&fake_lock);
-    used = fake_allocated != NULL ? fake_allocated[device] : 0;
-    pthread_mutex_unlock(&fake_lock);
-    return used < total ? total - used : 0;
-}
-
-/* Charges `bytes` to the device, or fails when it does not fit. */
-static bool fake_charge(int device, size_t bytes)
-{
-    bool ok = true;
-    pthread_mutex_lock(&fake_lock);
-    if (fake_allocated == NULL)
-        fake_allocated =
-            calloc((size_t)fake_cfg()->devices + 1, sizeof *fake_allocated);
-    if (fake_allocated == NULL ||
-        bytes > fake_cfg()->total_mem - fake_allocated[device])
-        ok = false;
-    else
-        fake_allocated[device] += bytes;
-    pthread_mutex_unlock(&fake_lock);
-    return ok;
-}
-
-/* Maps one memfd twice so that the "device" address differs from the host
- * one yet aliases it: a backend that hands the host address to a device
- * call is caught, and a store through either view shows in the other. */
-static bool fake_map_twice(fake_alloc *a)
-{
-    long page = sysconf(_SC_PAGESIZE);
-    a->map_size = (a->size + (size_t)page - 1) / (size_t)page * (size_t)page;
-    int fd = memfd_create("fake_gpu_pinned", MFD_CLOEXEC);
-    if (fd < 0)
-        return false;
-    bool ok = ftruncate(fd, (off_t)a->map_size) == 0;
-    a->host = a->dev = MAP_FAILED;
-    if (ok)
-        a->host =
-            mmap(NULL, a->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (ok && a->host != MAP_FAILED)
-        a->dev =
-            mmap(NULL, a->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (a->dev != MAP_FAILED)
-        return true;
-    if (a->host != MAP_FAILED)
-        munmap(a->host, a->map_size);
-    return false;
-}
-
-unsigned fake_host_alloc(int device, size_t bytes, bool mapped, void **host)
-{
-    if (host == NULL || bytes == 0)
-        return FAKE_E_INVALID_VALUE;
-    if (!fake_charge(device, bytes))
-        return FAKE_E_OUT_OF_MEMORY;
-    fake_alloc *a = calloc(1, sizeof *a);
-    if (a != NULL) {
-        a->size = bytes;
-        a->device = device;
-        a->mapped = mapped;
-        a->refs = 1;
-    }
-    pthread_mutex_lock(&fake_lock);
-    if (a == NULL || !fake_map_twice(a)) {
-        fake_allocated[device] -= bytes;
-        pthread_mutex_unlock(&fake_lock);
-        free(a);
-        return FAKE_E_OUT_OF_MEMORY;
-    }
-    a->next = fake_allocs;
-    fake_allocs = a;
-    fake_live_allocs++;
-    pthread_mutex_unlock(&fake_lock);
-    *host = a->host;
-    return FAKE_E_OK;
-}
-
-unsigned fake_host_device_pointer(void *host, void **device)
-{
-    if (device == NULL)
-        return FAKE_E_INVALID_VALUE;
-    unsigned rc = FAKE_E_INVALID_VALUE;
-    pthread_mutex_lock(&fake_lock);
-    for (fake_alloc *a = fake_allocs; a != NULL; a = a->next) {
-        size_t offset = (size_t)((uintptr_t)host - (uintptr_t)a->host);
-        if ((uintptr_t)host >= (uintptr_t)a->host && offset < a->size) {
-            if (a->mapped) {
-                *device = a->dev + offset;
-                rc = FAKE_E_OK;
-            }
-            break;
-        }
-    }
-    pthread_mutex_unlock(&fake_lock);
-    return rc;
-}
-
-/* A wait item still polling the memory keeps the pages mapped and fails
- * its stream with ILLEGAL_ADDRESS instead of reading freed memory. */
-unsigned fake_host_free(void *host)
-{
-    unsigned rc = FAKE_E_INVALID_VALUE;
-    pthread_mutex_lock(&fake_lock);
-    for (fake_alloc **p = &fake_allocs; *p != NULL; p = &(*p)->next) {
-        fake_alloc *a = *p;
-        if (a->host != host)
-            continue;
-        *p = a->next;
-        a->freed = true;
-        fake_allocated[a->device] -= a->size;
-        fake_live_allocs--;
-        fake_alloc_unref(a);
-        rc = FAKE_E_OK;
-        break;
-    }
-    pthread_mutex_unlock(&fake_lock);
-    return rc;
-}
-
 /* ---- Control API (objects) ------------------------------------------ */
 
 FAKE_EXPORT int fake_gpu_live(const char *kind)
@@ -842,9 +714,17 @@ FAKE_EXPORT int fake_gpu_live(const char *kind)
     else if (strcmp(kind, "event") == 0)
         n = fake_live_events;
     else if (strcmp(kind, "host_alloc") == 0)
-        n = fake_live_allocs;
+        n = fake_host_allocs();
     else if (strcmp(kind, "thread") == 0)
         n = fake_live_threads;
+    else if (strcmp(kind, "callback_thread") == 0)
+        n = fake_callback_threads();
+    else if (strcmp(kind, "proc_too_new") == 0)
+        n = fake_cuda_proc_too_new();
+    else if (strcmp(kind, "device_alloc") == 0)
+        n = fake_device_allocs();
+    else if (strcmp(kind, "device_bytes") == 0)
+        n = fake_device_bytes() > INT_MAX ? INT_MAX : (int)fake_device_bytes();
     pthread_mutex_unlock(&fake_lock);
     return n;
 }

@@ -32,6 +32,8 @@ enum {
     FAKE_E_NOT_READY = 600,
     FAKE_E_ILLEGAL_ADDRESS = 700,
     FAKE_E_LAUNCH_FAILED = 719,
+    FAKE_E_NOT_PERMITTED = 800, /* CUDA only (HIP has no such code) */
+    FAKE_E_NOT_SUPPORTED = 801,
     FAKE_E_UNKNOWN = 999,
 };
 
@@ -45,8 +47,14 @@ enum {
     FAKE_CU_ATTR_INTEGRATED = 18,
     FAKE_CU_ATTR_CC_MAJOR = 75,
     FAKE_CU_ATTR_CC_MINOR = 76,
-    FAKE_HIP_ATTR_INTEGRATED = 16, /* hipDeviceAttributeIntegrated */
-    FAKE_HIP_ATTR_CAN_USE_STREAM_WAIT_VALUE = 10013,
+    FAKE_CU_ATTR_STREAM_MEM_OPS_V1 = 92,
+    FAKE_CU_ATTR_64_BIT_STREAM_MEM_OPS_V1 = 93,
+    FAKE_CU_ATTR_MEMORY_POOLS = 115,
+    FAKE_CU_ATTR_64_BIT_STREAM_MEM_OPS = 122, /* CUDA 12.0 and later */
+    FAKE_HIP_ATTR_INTEGRATED = 16,            /* hipDeviceAttributeIntegrated */
+    FAKE_HIP_ATTR_MEMORY_POOLS = 88,
+    FAKE_HIP_ATTR_STREAM_WAIT_VALUE = 10013,
+    FAKE_POINTER_DEVICE_ORDINAL = 9, /* CU_ / HIP_POINTER_ATTRIBUTE_... */
 };
 
 /* ---- Entry point identities ----------------------------------------- */
@@ -122,6 +130,10 @@ typedef struct fake_config {
     int peer;
     unsigned init_error;
     int driver_version; /* cuDriverGetVersion, e.g. 13000 for CUDA 13.0 */
+    int hang_seconds;   /* how long a call a real driver would hang in waits */
+    long long queue_depth; /* pending items a stream takes before it blocks */
+    int stream_mem_ops; /* 0: no cuStreamWaitValue64 / hipStreamWaitValue64 */
+    int memory_pools;   /* 0: no stream-ordered allocation */
 } fake_config;
 
 const fake_config *fake_cfg(void);
@@ -129,6 +141,22 @@ bool fake_valid_device(int device);
 /* Writes "<prefix> <device>" into name[len] (truncated, NUL-terminated). */
 void fake_device_name(int device, char *name, int len);
 size_t fake_free_mem(int device);
+
+/* ---- Violations ------------------------------------------------------
+ * Calls that a real driver answers by hanging or by undefined behaviour
+ * (an API call from a callback, a free that waits on a stream that waits
+ * on the host, a full queue nobody drains) are recorded with a sentence
+ * saying so, printed to stderr, and read back by the tests. */
+void fake_violation(const char *format, ...)
+    __attribute__((format(printf, 1, 2)));
+
+/* The entry point the calling thread is in (for violation messages), or
+ * "the fake" when none. */
+const char *fake_current_entry_name(void);
+
+/* Non-NULL on the callback threads while they run a callback: what kind of
+ * callback ("host-function callback", "stream callback"). */
+const char *fake_callback_kind(void);
 
 /* The API's name and description of an error code, or NULL if unknown. */
 const char *fake_error_name(unsigned code, bool hip);
@@ -165,6 +193,47 @@ unsigned fake_host_alloc(int device, size_t bytes, bool mapped, void **host);
 unsigned fake_host_device_pointer(void *host, void **device);
 unsigned fake_host_free(void *host);
 
+/* ---- Device memory, copies and fills --------------------------------
+ * Device pointers are addresses in a range of the device's own that the
+ * host cannot dereference (fake_devmem.c); copies and fills are stream
+ * items that check, when they run, that every device byte they touch is in
+ * a live allocation of the right device (fake_copy.c). */
+
+unsigned fake_dmem_alloc(int device, size_t bytes, uintptr_t *ptr);
+/* Synchronises the allocation's device first (bounded, like freeing
+ * pinned memory). */
+unsigned fake_dmem_free(uintptr_t ptr);
+/* Stream-ordered: the address is reserved now, the memory is live once the
+ * stream reaches the allocation, and gone once it reaches the free. */
+unsigned fake_dmem_alloc_async(void *stream, size_t bytes, uintptr_t *ptr);
+unsigned fake_dmem_free_async(void *stream, uintptr_t ptr);
+/* The device of device memory or of a pinned allocation (either view). */
+unsigned fake_pointer_device(uintptr_t ptr, int *device);
+
+/* What one side of a copy must be, as the entry point says. */
+enum fake_role {
+    FAKE_ROLE_DEVICE, /* device memory, or the device view of pinned memory */
+    FAKE_ROLE_HOST,   /* pinned (either view) or pageable host memory */
+    FAKE_ROLE_ANY,    /* by its address (hipMemcpyDefault) */
+};
+
+typedef struct fake_side {
+    uintptr_t addr;
+    size_t pitch; /* bytes from one row to the next (>= the width) */
+    enum fake_role role;
+    int device; /* device memory of this device (peer copies); -1: the
+                   stream's */
+} fake_side;
+
+/* A copy of `height` rows of `width` bytes.  Pageable host memory makes it
+ * synchronous: it waits for the stream's earlier work (bounded), copies
+ * and returns the stream's error. */
+unsigned fake_copy(void *stream, const fake_side *dst, const fake_side *src,
+                   size_t width, size_t height);
+/* Fills `count` elements of `size` (1, 2 or 4) bytes with `value`. */
+unsigned fake_fill(void *stream, uintptr_t dst, unsigned size, uint32_t value,
+                   size_t count);
+
 #pragma GCC visibility pop
 
 /* ---- Control API (exported; called by tests through ctypes) --------- */
@@ -176,9 +245,15 @@ FAKE_EXPORT int fake_gpu_live(const char *kind);
 FAKE_EXPORT int fake_gpu_async_error(void *stream, int error_code);
 FAKE_EXPORT unsigned fake_gpu_stream_flags(void *stream);
 FAKE_EXPORT int fake_gpu_threads(void);
+FAKE_EXPORT int fake_gpu_violations(void);
+FAKE_EXPORT const char *fake_gpu_violation(int i);
+FAKE_EXPORT void fake_gpu_clear_violations(void);
 
 /* The calling thread's CUDA context stack depth (fake_cuda.c), reported by
  * fake_gpu_live("context_push"). */
 __attribute__((visibility("hidden"))) int fake_cuda_push_depth(void);
+/* cuGetProcAddress calls refused for asking a version newer than the
+ * driver's, since the library was loaded (fake_gpu_live("proc_too_new")). */
+__attribute__((visibility("hidden"))) int fake_cuda_proc_too_new(void);
 
 #endif /* FAKE_GPU_H */

@@ -4,34 +4,17 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "fake_gpu.h"
+#include "fake_front.h"
 
-/* Declaring every entry point from the project's X-macro makes the
- * compiler reject a definition below whose signature drifted. */
-#define FAKE_DECLARE(name, kind, ret, params)                                  \
-    FAKE_VISIBILITY(name) ret name params;
-HIP_ENTRY_POINTS(FAKE_DECLARE)
-#undef FAKE_DECLARE
+HIP_ENTRY_POINTS(FAKE_DECLARE_HIP)
 
 /* ROCm 6 keeps the ROCm 5 layout of hipDeviceProp_t under this name. */
 FAKE_ALIAS(hipGetDeviceProperties, hipGetDevicePropertiesR0000, hip_result,
            (struct hipDeviceProp_t * prop, int dev));
 
-/* Counts the call, fires an armed fault, then fails every call the way a
- * runtime that found no usable GPU does (FAKE_GPU_INIT_ERROR). */
-#define FAKE_BEGIN(name)                                                       \
-    do {                                                                       \
-        unsigned fake_rc_ = fake_enter(FAKE_ID_##name);                        \
-        if (fake_rc_ == 0)                                                     \
-            fake_rc_ = fake_cfg()->init_error;                                 \
-        if (fake_rc_ != 0)                                                     \
-            return fake_rc_;                                                   \
-    } while (0)
-
 static _Thread_local int fake_current; /* hipSetDevice; 0 by default */
 
-/* The device creation calls use; hipErrorNoDevice when there is none. */
-static unsigned fake_device(int *device)
+unsigned fake_hip_current_device(int *device)
 {
     if (!fake_valid_device(fake_current))
         return FAKE_E_NO_DEVICE;
@@ -41,7 +24,7 @@ static unsigned fake_device(int *device)
 
 hip_result hipInit(unsigned int flags)
 {
-    FAKE_BEGIN(hipInit);
+    FAKE_HIP_BEGIN(hipInit);
     return flags == 0 ? FAKE_E_OK : FAKE_E_INVALID_VALUE;
 }
 
@@ -79,15 +62,15 @@ hip_result hipGetDeviceCount(int *count)
 
 hip_result hipGetDevice(int *device)
 {
-    FAKE_BEGIN(hipGetDevice);
+    FAKE_HIP_BEGIN(hipGetDevice);
     if (device == NULL)
         return FAKE_E_INVALID_VALUE;
-    return fake_device(device);
+    return fake_hip_current_device(device);
 }
 
 hip_result hipSetDevice(int device)
 {
-    FAKE_BEGIN(hipSetDevice);
+    FAKE_HIP_BEGIN(hipSetDevice);
     if (!fake_valid_device(device))
         return FAKE_E_INVALID_DEVICE;
     fake_current = device;
@@ -96,7 +79,7 @@ hip_result hipSetDevice(int device)
 
 hip_result hipDeviceGetName(char *name, int len, hip_device dev)
 {
-    FAKE_BEGIN(hipDeviceGetName);
+    FAKE_HIP_BEGIN(hipDeviceGetName);
     if (name == NULL || len <= 0)
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev))
@@ -105,16 +88,31 @@ hip_result hipDeviceGetName(char *name, int len, hip_device dev)
     return FAKE_E_OK;
 }
 
+/* Only the attributes the fake knows; INVALID_VALUE for the others. */
+static bool fake_attribute(hip_device_attribute attrib, int *value)
+{
+    switch (attrib) {
+    case FAKE_HIP_ATTR_INTEGRATED: *value = fake_cfg()->integrated; return true;
+    case FAKE_HIP_ATTR_MEMORY_POOLS:
+        *value = fake_cfg()->memory_pools;
+        return true;
+    case FAKE_HIP_ATTR_STREAM_WAIT_VALUE:
+        *value = fake_cfg()->stream_mem_ops;
+        return true;
+    default: return false;
+    }
+}
+
 hip_result hipDeviceGetAttribute(int *value, hip_device_attribute attrib,
                                  int dev)
 {
-    FAKE_BEGIN(hipDeviceGetAttribute);
-    if (value == NULL || (attrib != FAKE_HIP_ATTR_INTEGRATED &&
-                          attrib != FAKE_HIP_ATTR_CAN_USE_STREAM_WAIT_VALUE))
+    int v;
+    FAKE_HIP_BEGIN(hipDeviceGetAttribute);
+    if (value == NULL || !fake_attribute(attrib, &v))
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev))
         return FAKE_E_INVALID_DEVICE;
-    *value = attrib == FAKE_HIP_ATTR_INTEGRATED ? fake_cfg()->integrated : 1;
+    *value = v;
     return FAKE_E_OK;
 }
 
@@ -123,7 +121,7 @@ hip_result hipDeviceGetAttribute(int *value, hip_device_attribute attrib,
  * MI300X. */
 hip_result hipGetDeviceProperties(struct hipDeviceProp_t *prop, int dev)
 {
-    FAKE_BEGIN(hipGetDeviceProperties);
+    FAKE_HIP_BEGIN(hipGetDeviceProperties);
     if (prop == NULL)
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev))
@@ -148,7 +146,7 @@ hip_result hipGetDeviceProperties(struct hipDeviceProp_t *prop, int dev)
 
 hip_result hipDeviceTotalMem(size_t *bytes, hip_device dev)
 {
-    FAKE_BEGIN(hipDeviceTotalMem);
+    FAKE_HIP_BEGIN(hipDeviceTotalMem);
     if (bytes == NULL)
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev))
@@ -159,7 +157,7 @@ hip_result hipDeviceTotalMem(size_t *bytes, hip_device dev)
 
 hip_result hipDeviceCanAccessPeer(int *can_access, int dev, int peer)
 {
-    FAKE_BEGIN(hipDeviceCanAccessPeer);
+    FAKE_HIP_BEGIN(hipDeviceCanAccessPeer);
     if (can_access == NULL)
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev) || !fake_valid_device(peer))
@@ -171,10 +169,10 @@ hip_result hipDeviceCanAccessPeer(int *can_access, int dev, int peer)
 hip_result hipMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 {
     int dev;
-    FAKE_BEGIN(hipMemGetInfo);
+    FAKE_HIP_BEGIN(hipMemGetInfo);
     if (free_bytes == NULL || total_bytes == NULL)
         return FAKE_E_INVALID_VALUE;
-    unsigned rc = fake_device(&dev);
+    unsigned rc = fake_hip_current_device(&dev);
     if (rc != FAKE_E_OK)
         return rc;
     *free_bytes = fake_free_mem(dev);
@@ -185,7 +183,7 @@ hip_result hipMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 hip_result hipDeviceGetGraphMemAttribute(int dev, hip_graph_mem_attribute attr,
                                          void *value)
 {
-    FAKE_BEGIN(hipDeviceGetGraphMemAttribute);
+    FAKE_HIP_BEGIN(hipDeviceGetGraphMemAttribute);
     if (value == NULL || attr > 3) /* USED/RESERVED x CURRENT/HIGH */
         return FAKE_E_INVALID_VALUE;
     if (!fake_valid_device(dev))
@@ -199,10 +197,10 @@ hip_result hipDeviceGetGraphMemAttribute(int dev, hip_graph_mem_attribute attr,
 hip_result hipStreamCreateWithFlags(hip_stream *stream, unsigned int flags)
 {
     int dev;
-    FAKE_BEGIN(hipStreamCreateWithFlags);
+    FAKE_HIP_BEGIN(hipStreamCreateWithFlags);
     if (stream == NULL || (flags & ~(unsigned)FAKE_STREAM_NON_BLOCKING) != 0)
         return FAKE_E_INVALID_VALUE;
-    unsigned rc = fake_device(&dev);
+    unsigned rc = fake_hip_current_device(&dev);
     return rc != FAKE_E_OK ? rc
                            : fake_stream_create(dev, flags, (void **)stream);
 }
@@ -211,26 +209,26 @@ hip_result hipStreamCreateWithFlags(hip_stream *stream, unsigned int flags)
  * that uses it (SPEC: every queue is a stream of its own) fails. */
 hip_result hipStreamDestroy(hip_stream stream)
 {
-    FAKE_BEGIN(hipStreamDestroy);
+    FAKE_HIP_BEGIN(hipStreamDestroy);
     return fake_stream_destroy(stream);
 }
 
 hip_result hipStreamQuery(hip_stream stream)
 {
-    FAKE_BEGIN(hipStreamQuery);
+    FAKE_HIP_BEGIN(hipStreamQuery);
     return fake_stream_query(stream);
 }
 
 hip_result hipStreamSynchronize(hip_stream stream)
 {
-    FAKE_BEGIN(hipStreamSynchronize);
+    FAKE_HIP_BEGIN(hipStreamSynchronize);
     return fake_stream_synchronize(stream);
 }
 
 hip_result hipStreamWaitEvent(hip_stream stream, hip_event event,
                               unsigned int flags)
 {
-    FAKE_BEGIN(hipStreamWaitEvent);
+    FAKE_HIP_BEGIN(hipStreamWaitEvent);
     if (flags != 0)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_wait_event(stream, event);
@@ -241,7 +239,9 @@ hip_result hipStreamWaitEvent(hip_stream stream, hip_event event,
 hip_result hipStreamWaitValue64(hip_stream stream, void *ptr, uint64_t value,
                                 unsigned int flags, uint64_t mask)
 {
-    FAKE_BEGIN(hipStreamWaitValue64);
+    FAKE_HIP_BEGIN(hipStreamWaitValue64);
+    if (!fake_cfg()->stream_mem_ops)
+        return FAKE_E_NOT_SUPPORTED; /* a device without them */
     if (flags > 3)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_wait_value(stream, (uintptr_t)ptr, value, flags, mask);
@@ -249,14 +249,14 @@ hip_result hipStreamWaitValue64(hip_stream stream, void *ptr, uint64_t value,
 
 hip_result hipLaunchHostFunc(hip_stream stream, hip_host_fn fn, void *user_data)
 {
-    FAKE_BEGIN(hipLaunchHostFunc);
+    FAKE_HIP_BEGIN(hipLaunchHostFunc);
     return fake_stream_host_fn(stream, fn, user_data);
 }
 
 hip_result hipStreamAddCallback(hip_stream stream, hip_stream_callback callback,
                                 void *user_data, unsigned int flags)
 {
-    FAKE_BEGIN(hipStreamAddCallback);
+    FAKE_HIP_BEGIN(hipStreamAddCallback);
     if (flags != 0)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_callback(stream, FAKE_CB_HIP, (void (*)(void))callback,
@@ -271,40 +271,40 @@ hip_result hipEventCreateWithFlags(hip_event *event, unsigned int flags)
      * release-to-device/system and disable-system-fence bits. */
     const unsigned known = 0x7u | 0xE0000000u;
     int dev;
-    FAKE_BEGIN(hipEventCreateWithFlags);
+    FAKE_HIP_BEGIN(hipEventCreateWithFlags);
     if (event == NULL || (flags & ~known) != 0)
         return FAKE_E_INVALID_VALUE;
-    unsigned rc = fake_device(&dev);
+    unsigned rc = fake_hip_current_device(&dev);
     return rc != FAKE_E_OK ? rc : fake_event_create(dev, flags, (void **)event);
 }
 
 hip_result hipEventDestroy(hip_event event)
 {
-    FAKE_BEGIN(hipEventDestroy);
+    FAKE_HIP_BEGIN(hipEventDestroy);
     return fake_event_destroy(event);
 }
 
 hip_result hipEventRecord(hip_event event, hip_stream stream)
 {
-    FAKE_BEGIN(hipEventRecord);
+    FAKE_HIP_BEGIN(hipEventRecord);
     return fake_event_record(event, stream);
 }
 
 hip_result hipEventQuery(hip_event event)
 {
-    FAKE_BEGIN(hipEventQuery);
+    FAKE_HIP_BEGIN(hipEventQuery);
     return fake_event_query(event);
 }
 
 hip_result hipEventSynchronize(hip_event event)
 {
-    FAKE_BEGIN(hipEventSynchronize);
+    FAKE_HIP_BEGIN(hipEventSynchronize);
     return fake_event_synchronize(event);
 }
 
 hip_result hipEventElapsedTime(float *ms, hip_event start, hip_event end)
 {
-    FAKE_BEGIN(hipEventElapsedTime);
+    FAKE_HIP_BEGIN(hipEventElapsedTime);
     return fake_event_elapsed(ms, start, end);
 }
 
@@ -318,17 +318,17 @@ hip_result hipHostMalloc(void **host, size_t bytes, unsigned int flags)
      * NonCoherent (the last two exclusive). */
     const unsigned known = 0x7u | 0xF0000000u, both = 0xC0000000u;
     int dev;
-    FAKE_BEGIN(hipHostMalloc);
+    FAKE_HIP_BEGIN(hipHostMalloc);
     if ((flags & ~known) != 0 || (flags & both) == both)
         return FAKE_E_INVALID_VALUE;
-    unsigned rc = fake_device(&dev);
+    unsigned rc = fake_hip_current_device(&dev);
     return rc != FAKE_E_OK ? rc : fake_host_alloc(dev, bytes, true, host);
 }
 
 hip_result hipHostGetDevicePointer(void **device, void *host,
                                    unsigned int flags)
 {
-    FAKE_BEGIN(hipHostGetDevicePointer);
+    FAKE_HIP_BEGIN(hipHostGetDevicePointer);
     if (flags != 0)
         return FAKE_E_INVALID_VALUE;
     return fake_host_device_pointer(host, device);
@@ -337,6 +337,6 @@ hip_result hipHostGetDevicePointer(void **device, void *host,
 /* hipHostFree(NULL) is a successful no-op, as in HIP. */
 hip_result hipHostFree(void *host)
 {
-    FAKE_BEGIN(hipHostFree);
+    FAKE_HIP_BEGIN(hipHostFree);
     return host == NULL ? FAKE_E_OK : fake_host_free(host);
 }

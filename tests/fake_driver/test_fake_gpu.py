@@ -1,9 +1,7 @@
 """Self-test of the fake GPU driver, through ctypes only (no max.driver).
 
-The library is built once per session into a private directory, so this
-process is the first to load it and its environment-derived configuration
-is the default one (2 devices); configurations that need other environment
-variables run in a child interpreter.
+Fixtures are in conftest.py and helpers in fakelib.py.  Configurations
+that need other environment variables run in a child interpreter.
 """
 
 from __future__ import annotations
@@ -11,319 +9,50 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from .build import build_fake_driver
-
-WAIT = 10.0
-# Extra compiler flags for the library under test, e.g. a ThreadSanitizer
-# run: FAKE_DRIVER_CFLAGS=-fsanitize=thread LD_PRELOAD=$(cc
-# -print-file-name=libtsan.so) python -m pytest tests/fake_driver
-CFLAGS = tuple(os.environ.get("FAKE_DRIVER_CFLAGS", "").split())
-
-SUCCESS, INVALID_VALUE, OUT_OF_MEMORY, NOT_INITIALIZED = 0, 1, 2, 3
-NO_DEVICE, INVALID_DEVICE, INVALID_CONTEXT, INVALID_HANDLE = 100, 101, 201, 400
-NOT_FOUND, NOT_READY, ILLEGAL_ADDRESS, LAUNCH_FAILED = 500, 600, 700, 719
-NON_BLOCKING, DISABLE_TIMING, PORTABLE, DEVICEMAP, WAIT_EQ = 1, 2, 1, 2, 1
-
-HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p)
-P = ctypes.c_void_p
-U = ctypes.c_uint
-INT = ctypes.c_int
-U64 = ctypes.c_uint64
-
-SIGNATURES = {
-    # CUDA
-    "cuInit": [U],
-    "cuGetErrorName": [U, ctypes.POINTER(ctypes.c_char_p)],
-    "cuGetErrorString": [U, ctypes.POINTER(ctypes.c_char_p)],
-    "cuDeviceGetCount": [P],
-    "cuDeviceGet": [P, INT],
-    "cuDeviceGetName": [ctypes.c_char_p, INT, INT],
-    "cuDeviceGetAttribute": [P, U, INT],
-    "cuDeviceTotalMem_v2": [P, INT],
-    "cuDeviceCanAccessPeer": [P, INT, INT],
-    "cuDevicePrimaryCtxRetain": [P, INT],
-    "cuCtxPushCurrent_v2": [P],
-    "cuCtxPopCurrent_v2": [P],
-    "cuMemGetInfo_v2": [P, P],
-    "cuDeviceGetGraphMemAttribute": [INT, U, P],
-    "cuStreamCreate": [P, U],
-    "cuStreamDestroy_v2": [P],
-    "cuStreamQuery": [P],
-    "cuStreamSynchronize": [P],
-    "cuStreamWaitEvent": [P, P, U],
-    "cuEventCreate": [P, U],
-    "cuEventDestroy_v2": [P],
-    "cuEventRecord": [P, P],
-    "cuEventQuery": [P],
-    "cuEventSynchronize": [P],
-    "cuEventElapsedTime": [P, P, P],
-    "cuMemHostAlloc": [P, ctypes.c_size_t, U],
-    "cuMemHostGetDevicePointer_v2": [P, P, U],
-    "cuMemFreeHost": [P],
-    "cuStreamWaitValue64_v2": [P, U64, U64, U],
-    "cuLaunchHostFunc": [P, HOST_FN, P],
-    "cuStreamAddCallback": [P, CALLBACK, P, U],
-    "cuGetProcAddress_v2": [ctypes.c_char_p, P, INT, U64, P],
-    # HIP
-    "hipInit": [U],
-    "hipGetDeviceCount": [P],
-    "hipGetDevice": [P],
-    "hipSetDevice": [INT],
-    "hipDeviceGetName": [ctypes.c_char_p, INT, INT],
-    "hipDeviceGetAttribute": [P, U, INT],
-    "hipGetDevicePropertiesR0000": [P, INT],
-    "hipDeviceTotalMem": [P, INT],
-    "hipMemGetInfo": [P, P],
-    "hipStreamCreateWithFlags": [P, U],
-    "hipStreamDestroy": [P],
-    "hipStreamQuery": [P],
-    "hipStreamSynchronize": [P],
-    "hipStreamWaitEvent": [P, P, U],
-    "hipEventCreateWithFlags": [P, U],
-    "hipEventDestroy": [P],
-    "hipEventRecord": [P, P],
-    "hipEventQuery": [P],
-    "hipEventSynchronize": [P],
-    "hipEventElapsedTime": [P, P, P],
-    "hipHostMalloc": [P, ctypes.c_size_t, U],
-    "hipHostGetDevicePointer": [P, P, U],
-    "hipHostFree": [P],
-    "hipStreamWaitValue64": [P, P, U64, U, U64],
-    "hipLaunchHostFunc": [P, HOST_FN, P],
-    "hipStreamAddCallback": [P, CALLBACK, P, U],
-    # Control API
-    "fake_gpu_fail": [ctypes.c_char_p, INT, INT],
-    "fake_gpu_reset": [],
-    "fake_gpu_calls": [ctypes.c_char_p],
-    "fake_gpu_live": [ctypes.c_char_p],
-    "fake_gpu_async_error": [P, INT],
-    "fake_gpu_stream_flags": [P],
-    "fake_gpu_threads": [],
-}
-RESTYPES = {
-    "hipGetErrorName": ctypes.c_char_p,
-    "hipGetErrorString": ctypes.c_char_p,
-    "fake_gpu_reset": None,
-    "fake_gpu_stream_flags": ctypes.c_uint,
-}
-
-CUDA_NAMES = """cuInit cuGetErrorName cuGetErrorString cuDeviceGetCount cuDeviceGet
-cuDeviceGetName cuDeviceGetAttribute cuDeviceTotalMem cuDeviceCanAccessPeer
-cuDevicePrimaryCtxRetain cuCtxPushCurrent cuCtxPopCurrent cuMemGetInfo
-cuDeviceGetGraphMemAttribute cuStreamCreate cuStreamDestroy cuStreamQuery
-cuStreamSynchronize cuStreamWaitEvent cuEventCreate cuEventDestroy cuEventRecord
-cuEventQuery cuEventSynchronize cuEventElapsedTime cuMemHostAlloc
-cuMemHostGetDevicePointer cuMemFreeHost cuStreamWaitValue64 cuLaunchHostFunc
-cuStreamAddCallback""".split()
-CUDA_V2 = """cuDeviceTotalMem cuCtxPushCurrent cuCtxPopCurrent cuMemGetInfo
-cuStreamDestroy cuEventDestroy cuMemHostGetDevicePointer cuStreamWaitValue64
-cuEventElapsedTime""".split()
-HIP_NAMES = """hipInit hipGetErrorName hipGetErrorString hipGetDeviceCount hipGetDevice
-hipSetDevice hipDeviceGetName hipDeviceGetAttribute hipGetDeviceProperties
-hipGetDevicePropertiesR0000 hipDeviceTotalMem hipDeviceCanAccessPeer hipMemGetInfo
-hipDeviceGetGraphMemAttribute hipStreamCreateWithFlags hipStreamDestroy
-hipStreamQuery hipStreamSynchronize hipStreamWaitEvent hipEventCreateWithFlags
-hipEventDestroy hipEventRecord hipEventQuery hipEventSynchronize
-hipEventElapsedTime hipHostMalloc hipHostGetDevicePointer hipHostFree
-hipStreamWaitValue64 hipLaunchHostFunc hipStreamAddCallback""".split()
-
-
-def load(path: Path) -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(path))
-    for name, args in SIGNATURES.items():
-        if hasattr(lib, name):
-            fn = getattr(lib, name)
-            fn.argtypes = args
-            fn.restype = RESTYPES.get(name, ctypes.c_int)
-    for name, restype in RESTYPES.items():
-        if hasattr(lib, name):
-            getattr(lib, name).restype = restype
-    lib.hipGetErrorName.argtypes = [U]
-    lib.hipGetErrorString.argtypes = [U]
-    return lib
-
-
-@pytest.fixture(scope="session")
-def build_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fake_gpu")
-
-
-@pytest.fixture(scope="session")
-def lib_path(build_dir):
-    return build_fake_driver(build_dir, extra_cflags=CFLAGS)
-
-
-@pytest.fixture(scope="session")
-def lib(lib_path):
-    # The first call reads the environment: make it the default one.
-    saved = {
-        k: os.environ.pop(k) for k in list(os.environ) if k.startswith("FAKE_GPU_")
-    }
-    try:
-        lib = load(lib_path)
-        assert lib.cuInit(0) == SUCCESS
-    finally:
-        os.environ.update(saved)
-    return lib
-
-
-def ref(value):
-    return ctypes.byref(value)
-
-
-class Ctx:
-    """cuCtxPushCurrent / cuCtxPopCurrent of a device's primary context."""
-
-    def __init__(self, lib, device=0):
-        self.lib = lib
-        self.ctx = P()
-        assert lib.cuDevicePrimaryCtxRetain(ref(self.ctx), device) == SUCCESS
-
-    def __enter__(self):
-        assert self.lib.cuCtxPushCurrent_v2(self.ctx) == SUCCESS
-        return self
-
-    def __exit__(self, *exc):
-        popped = P()
-        assert self.lib.cuCtxPopCurrent_v2(ref(popped)) == SUCCESS
-        assert popped.value == self.ctx.value
-
-
-@pytest.fixture
-def cu(lib):
-    lib.fake_gpu_reset()
-    with Ctx(lib):
-        yield lib
-    lib.fake_gpu_reset()
-
-
-@pytest.fixture
-def hip(lib):
-    lib.fake_gpu_reset()
-    assert lib.hipSetDevice(0) == SUCCESS
-    yield lib
-    lib.fake_gpu_reset()
-
-
-class Api:
-    """The few calls the tests make, spelled once for CUDA and once for HIP."""
-
-    def __init__(self, lib, api):
-        self.lib, self.api = lib, api
-        self._keep = []
-
-    def call(self, cu_name, hip_name, *args):
-        return getattr(self.lib, cu_name if self.api == "cuda" else hip_name)(*args)
-
-    def stream(self, flags=NON_BLOCKING):
-        s = P()
-        rc = self.call("cuStreamCreate", "hipStreamCreateWithFlags", ref(s), flags)
-        assert rc == SUCCESS
-        return s
-
-    def destroy(self, s):
-        return self.call("cuStreamDestroy_v2", "hipStreamDestroy", s)
-
-    def query(self, s):
-        return self.call("cuStreamQuery", "hipStreamQuery", s)
-
-    def sync(self, s):
-        return self.call("cuStreamSynchronize", "hipStreamSynchronize", s)
-
-    def event(self, flags=0):
-        e = P()
-        assert self.call("cuEventCreate", "hipEventCreateWithFlags", ref(e), flags) == 0
-        return e
-
-    def event_destroy(self, e):
-        return self.call("cuEventDestroy_v2", "hipEventDestroy", e)
-
-    def record(self, e, s):
-        return self.call("cuEventRecord", "hipEventRecord", e, s)
-
-    def event_query(self, e):
-        return self.call("cuEventQuery", "hipEventQuery", e)
-
-    def event_sync(self, e):
-        return self.call("cuEventSynchronize", "hipEventSynchronize", e)
-
-    def elapsed(self, a, b):
-        ms = ctypes.c_float(-1)
-        rc = self.call("cuEventElapsedTime", "hipEventElapsedTime", ref(ms), a, b)
-        return rc, ms.value
-
-    def wait_event(self, s, e):
-        return self.call("cuStreamWaitEvent", "hipStreamWaitEvent", s, e, 0)
-
-    def host_fn(self, s, fn):
-        c = HOST_FN(lambda _data: fn())
-        self._keep.append(c)
-        return self.call("cuLaunchHostFunc", "hipLaunchHostFunc", s, c, None)
-
-    def callback(self, s, fn):
-        c = CALLBACK(lambda stream, status, _data: fn(stream, status))
-        self._keep.append(c)
-        return self.call("cuStreamAddCallback", "hipStreamAddCallback", s, c, None, 0)
-
-    def host_alloc(self, size=8):
-        p = P()
-        flags = PORTABLE | DEVICEMAP
-        assert self.call("cuMemHostAlloc", "hipHostMalloc", ref(p), size, flags) == 0
-        return p.value
-
-    def device_ptr(self, host):
-        if self.api == "cuda":
-            d = ctypes.c_uint64()
-            rc = self.lib.cuMemHostGetDevicePointer_v2(ref(d), P(host), 0)
-        else:
-            d = P()
-            rc = self.lib.hipHostGetDevicePointer(ref(d), P(host), 0)
-        return rc, d.value
-
-    def free_host(self, host):
-        return self.call("cuMemFreeHost", "hipHostFree", P(host))
-
-    def wait_value(self, s, addr, value):
-        if self.api == "cuda":
-            return self.lib.cuStreamWaitValue64_v2(s, addr, value, WAIT_EQ)
-        return self.lib.hipStreamWaitValue64(s, P(addr), value, WAIT_EQ, 2**64 - 1)
-
-
-@pytest.fixture(params=["cuda", "hip"])
-def api(request, lib):
-    lib.fake_gpu_reset()
-    if request.param == "cuda":
-        with Ctx(lib):
-            yield Api(lib, "cuda")
-    else:
-        assert lib.hipSetDevice(0) == SUCCESS
-        yield Api(lib, "hip")
-    lib.fake_gpu_reset()
-
-
-def gate():
-    """A host function that blocks its stream until ``release.set()``."""
-    release = threading.Event()
-    return release, lambda: release.wait(WAIT)
-
-
-def wait_until(cond, timeout=WAIT):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
-
+from .fakelib import (
+    BLOCKING_SYNC,
+    CFLAGS,
+    CUDA_NAMES,
+    CUDA_V2,
+    DEVICEMAP,
+    DISABLE_TIMING,
+    HIP_NAMES,
+    ILLEGAL_ADDRESS,
+    INVALID_CONTEXT,
+    INVALID_DEVICE,
+    INVALID_HANDLE,
+    INVALID_VALUE,
+    LAUNCH_FAILED,
+    NO_DEVICE,
+    NON_BLOCKING,
+    NOT_FOUND,
+    NOT_INITIALIZED,
+    NOT_PERMITTED,
+    NOT_READY,
+    NOT_SUPPORTED,
+    OUT_OF_MEMORY,
+    PORTABLE,
+    SIGNATURES,
+    SUCCESS,
+    WAIT,
+    WAIT_EQ,
+    Ctx,
+    P,
+    gate,
+    ref,
+    run_child,
+    violations,
+    wait_until,
+)
 
 # --------------------------------------------------------------------------
 # Exports
@@ -368,11 +97,62 @@ def test_get_proc_address_resolves_base_names(lib):
         assert fn == ctypes.cast(getattr(lib, expected), P).value, name
     assert proc(lib, "cuNoSuchThing") == (NOT_FOUND, None, 1)
     assert proc(lib, "cuStreamDestroy_v2")[0] == NOT_FOUND  # base names only
-    # Older than the ABI the project declares: not sufficient.
-    assert proc(lib, "cuEventElapsedTime", 12000) == (NOT_FOUND, None, 2)
     rc, fn, _ = proc(lib, "cuGetProcAddress")
     assert rc == SUCCESS
     assert fn == ctypes.cast(lib.cuGetProcAddress_v2, P).value
+
+
+def test_get_proc_address_versions(lib):
+    elapsed = ctypes.cast(lib.cuEventElapsedTime_v2, P).value
+    wait = ctypes.cast(lib.cuStreamWaitValue64_v2, P).value
+    # Between its introduction and the declared ABI, the same function.
+    assert proc(lib, "cuEventElapsedTime", 2000) == (SUCCESS, elapsed, 0)
+    assert proc(lib, "cuStreamWaitValue64", 9000) == (SUCCESS, wait, 0)
+    # Older than the entry point: "version not sufficient".
+    assert proc(lib, "cuEventElapsedTime", 1999) == (NOT_FOUND, None, 2)
+    assert proc(lib, "cuStreamWaitValue64", 8000) == (NOT_FOUND, None, 2)
+    assert proc(lib, "cuLaunchHostFunc", 9020) == (NOT_FOUND, None, 2)
+    assert proc(lib, "cuMemHostGetDevicePointer", 3000) == (NOT_FOUND, None, 2)
+    assert proc(lib, "cuLaunchHostFunc", 10000)[0] == SUCCESS
+    # Newer than the driver (13.0): refused, and counted.
+    before = lib.fake_gpu_live(b"proc_too_new")
+    pfn, status = P(1234), ctypes.c_int(-1)
+    rc = lib.cuGetProcAddress_v2(b"cuInit", ref(pfn), 13010, 0, ref(status))
+    assert rc == INVALID_VALUE and pfn.value == 1234  # nothing written
+    assert proc(lib, "cuInit", 13000)[0] == SUCCESS
+    assert lib.fake_gpu_live(b"proc_too_new") == before + 1
+
+
+OLD_DRIVER = r"""
+def proc(symbol, version):
+    pfn, status = ctypes.c_void_p(), ctypes.c_int(-1)
+    rc = lib.cuGetProcAddress_v2(
+        symbol.encode(), ctypes.byref(pfn), version, 0, ctypes.byref(status))
+    return [rc, pfn.value is not None, status.value]
+v = ctypes.c_int(-1)
+lib.cuDriverGetVersion(ctypes.byref(v)); out["version"] = v.value
+out["graph"] = proc("cuDeviceGetGraphMemAttribute", 11000)
+out["wait"] = proc("cuStreamWaitValue64", 11000)
+out["elapsed"] = proc("cuEventElapsedTime", 11000)
+out["host_fn"] = proc("cuLaunchHostFunc", 11000)
+out["too_new"] = proc("cuLaunchHostFunc", 11010)
+out["refused"] = lib.fake_gpu_live(b"proc_too_new")
+out["attr122"] = [lib.cuDeviceGetAttribute(ctypes.byref(v), 122, 0)]
+out["attr93"] = [lib.cuDeviceGetAttribute(ctypes.byref(v), 93, 0), v.value]
+"""
+
+
+def test_get_proc_address_on_an_older_driver(lib_path):
+    out, _ = run_child(lib_path, OLD_DRIVER, FAKE_GPU_DRIVER_VERSION=11000)
+    assert out["version"] == 11000
+    # Newer than the driver: it does not exist there.
+    assert out["graph"] == [NOT_FOUND, False, 1]
+    # Requests clamped to the driver's version resolve everything else.
+    assert out["wait"] == out["elapsed"] == out["host_fn"] == [SUCCESS, True, 0]
+    assert out["too_new"][0] == INVALID_VALUE and out["refused"] == 1
+    # CUDA 11 has only the ..._V1 name of 64-bit stream memory operations.
+    assert out["attr122"] == [INVALID_VALUE]
+    assert out["attr93"] == [SUCCESS, 1]
 
 
 # --------------------------------------------------------------------------
@@ -562,20 +342,20 @@ def test_fifo_order_on_a_thread_of_its_own(api):
 
 def test_streams_run_concurrently_and_query(api):
     a, b = api.stream(), api.stream()
-    release, blocker = gate()
+    flag, release = api.value_gate(a)
     ran = []
-    api.host_fn(a, blocker)
     api.host_fn(a, lambda: ran.append("a"))
     api.host_fn(b, lambda: ran.append("b"))
     assert api.sync(b) == SUCCESS  # b is not held up by a
     assert ran == ["b"]
     assert api.query(a) == NOT_READY
-    release.set()
+    release()
     assert api.sync(a) == SUCCESS
     assert api.query(a) == SUCCESS
     assert ran == ["b", "a"]
     api.destroy(a)
     api.destroy(b)
+    api.free_host(flag)
 
 
 def test_destroy_with_pending_work_completes_it(api):
@@ -753,17 +533,6 @@ def test_hip_wait_value_mask(hip):
     hip.hipStreamDestroy(s)
     assert hip.hipHostFree(host) == SUCCESS
     assert hip.hipHostFree(None) == SUCCESS
-
-
-def test_freeing_memory_under_a_wait_is_an_illegal_address(api):
-    s = api.stream()
-    host = api.host_alloc(8)
-    _, dev = api.device_ptr(host)
-    api.wait_value(s, dev, 1)
-    assert api.free_host(host) == SUCCESS
-    assert api.sync(s) == ILLEGAL_ADDRESS
-    assert api.query(s) == ILLEGAL_ADDRESS
-    api.destroy(s)
 
 
 # --------------------------------------------------------------------------
@@ -982,10 +751,305 @@ def test_no_devices_and_init_errors(lib_path):
 
 
 # --------------------------------------------------------------------------
+# Real-driver rules: what hangs or fails on a real GPU fails here too
+
+
+def test_callbacks_of_a_device_run_on_one_thread(api):
+    a, b = api.stream(), api.stream()
+    with api.on_device(1):
+        c = api.stream()
+    release, blocker = gate()
+    ran, idents = [], {0: set(), 1: set()}
+
+    def note(device, what):
+        idents[device].add(threading.get_ident())
+        ran.append(what)
+
+    api.host_fn(a, lambda: (note(0, "a"), blocker()))
+    assert wait_until(lambda: ran == ["a"])
+    after = api.event(DISABLE_TIMING)
+    api.record(after, a)
+    api.host_fn(b, lambda: note(0, "b host fn"))
+    api.callback(b, lambda st, status: note(0, "b callback"))
+    time.sleep(0.05)
+    # b's callbacks wait for a's host function: one thread per device, and
+    # a's next item waits for its host function to return.
+    assert ran == ["a"] and api.query(b) == NOT_READY
+    assert api.event_query(after) == NOT_READY
+    # Another device has a callback thread of its own.
+    api.host_fn(c, lambda: note(1, "c"))
+    assert api.sync(c) == SUCCESS and ran == ["a", "c"]
+    release.set()
+    assert api.sync(b) == SUCCESS and api.sync(a) == SUCCESS
+    assert ran == ["a", "c", "b host fn", "b callback"]
+    assert len(idents[0]) == len(idents[1]) == 1 and idents[0] != idents[1]
+    assert threading.get_ident() not in idents[0]
+    assert api.lib.fake_gpu_live(b"callback_thread") == 2
+    api.event_destroy(after)
+    for s in (a, b, c):
+        api.destroy(s)
+
+
+def test_callback_thread_blocks_signals(api):
+    s = api.stream()
+    masks = []
+
+    def read_mask():
+        path = f"/proc/self/task/{threading.get_native_id()}/status"
+        with open(path) as f:
+            masks.extend(int(ln.split()[1], 16) for ln in f if ln.startswith("SigBlk"))
+
+    api.host_fn(s, read_mask)
+    assert api.sync(s) == SUCCESS
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1):
+        assert masks[0] >> (sig - 1) & 1, sig
+    api.destroy(s)
+
+
+def test_api_calls_from_callbacks_are_refused(api):
+    lib, cuda = api.lib, api.api == "cuda"
+    s, e = api.stream(), api.event(DISABLE_TIMING)
+    seen = {}
+
+    def inside():
+        seen["record"] = api.record(e, s)
+        seen["query"] = api.query(s)
+        seen["create"] = api.call(
+            "cuStreamCreate", "hipStreamCreateWithFlags", ref(P()), NON_BLOCKING
+        )
+        seen["live"] = lib.fake_gpu_live(b"stream")  # control calls stay allowed
+        if cuda:
+            name = ctypes.c_char_p()
+            seen["name"] = (lib.cuGetErrorName(0, ref(name)), name.value)
+        else:
+            seen["name"] = lib.hipGetErrorName(0)
+
+    streams = lib.fake_gpu_live(b"stream")
+    api.host_fn(s, inside)
+    api.callback(s, lambda st, status: seen.setdefault("sync", api.sync(s)))
+    assert api.sync(s) == SUCCESS
+    code, err = (
+        (NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED")
+        if cuda
+        else (NOT_SUPPORTED, "hipErrorNotSupported")
+    )
+    assert seen["record"] == seen["query"] == seen["create"] == seen["sync"] == code
+    # Without any effect: nothing recorded, nothing created.
+    assert api.event_query(e) == SUCCESS
+    assert seen["live"] == streams == lib.fake_gpu_live(b"stream")
+    if cuda:
+        assert seen["name"] == (NOT_PERMITTED, None)
+    else:
+        assert seen["name"] == b"hipSuccess"  # returns a string: cannot fail
+    names = (
+        ["cuEventRecord", "cuStreamQuery", "cuStreamCreate", "cuGetErrorName"]
+        if cuda
+        else ["hipEventRecord", "hipStreamQuery", "hipStreamCreateWithFlags"]
+    )
+    expected = [f"{n} called from a host-function callback ({err})" for n in names]
+    if not cuda:
+        expected.append(
+            "hipGetErrorName called from a host-function callback (not "
+            "permitted; it returns a string, so it cannot fail)"
+        )
+    sync = "cuStreamSynchronize" if cuda else "hipStreamSynchronize"
+    expected.append(f"{sync} called from a stream callback ({err})")
+    assert violations(lib) == expected
+    lib.fake_gpu_reset()  # does not clear them
+    assert lib.fake_gpu_violations() == len(expected)
+    assert lib.fake_gpu_violation(len(expected)) is None
+    assert lib.fake_gpu_violation(-1) is None
+    lib.fake_gpu_clear_violations()
+    assert lib.fake_gpu_violations() == 0 and lib.fake_gpu_violation(0) is None
+    api.event_destroy(e)
+    api.destroy(s)
+
+
+def test_violations_keep_the_first_64_and_print_them(api, capfd):
+    s = api.stream()
+    api.host_fn(s, lambda: [api.query(s) for _ in range(70)])
+    assert api.sync(s) == SUCCESS
+    lib = api.lib
+    assert lib.fake_gpu_violations() == 70
+    assert lib.fake_gpu_violation(63) is not None
+    assert lib.fake_gpu_violation(64) is None
+    err = capfd.readouterr().err
+    assert err.count("fake_gpu: violation: ") == 65  # 64, then a note
+    assert "(more violations are counted but not printed)" in err
+    lib.fake_gpu_clear_violations()
+    api.destroy(s)
+
+
+def test_freeing_pinned_memory_synchronizes_its_device(api):
+    s = api.stream()
+    with api.on_device(1):
+        far = api.host_alloc(8)  # device 1: idle
+    near = api.host_alloc(8)
+    release, blocker = gate()
+    api.host_fn(s, blocker)
+    assert api.free_host(far) == SUCCESS
+    done = []
+
+    def free_near():
+        with api.on_device(0):
+            done.append(api.free_host(near))
+
+    t = threading.Thread(target=free_near)
+    t.start()
+    time.sleep(0.1)
+    assert done == []  # waits for device 0's stream
+    release.set()
+    t.join(WAIT)
+    assert done == [SUCCESS]
+    assert api.free_host(near) == INVALID_VALUE
+    api.destroy(s)
+
+
+def test_cuda_free_host_needs_a_context(lib):
+    host = P()
+    with Ctx(lib):
+        assert lib.cuMemHostAlloc(ref(host), 8, DEVICEMAP) == SUCCESS
+    assert lib.cuMemFreeHost(host) == INVALID_CONTEXT
+    with Ctx(lib, 1):  # any context will do
+        assert lib.cuMemFreeHost(host) == SUCCESS
+
+
+FREE_HANG = r"""
+api = t.child_api(lib, API)
+s = api.stream()
+flag, release = api.value_gate(s)  # waits for the host to set the flag
+other = api.host_alloc(8)
+t0 = time.monotonic()
+out["free_other"] = api.free_host(other)  # a real driver hangs here
+out["waited"] = time.monotonic() - t0
+out["free_flag"] = api.free_host(flag)  # and the stream polls freed memory
+out["sync"] = api.sync(s)
+out["violations"] = t.violations(lib)
+"""
+
+
+@pytest.mark.parametrize("api_name", ["cuda", "hip"])
+def test_freeing_pinned_memory_under_a_host_wait_would_deadlock(lib_path, api_name):
+    out, err = run_child(
+        lib_path, f"API = {api_name!r}\n" + FREE_HANG, FAKE_GPU_HANG_SECONDS=1
+    )
+    free = "cuMemFreeHost" if api_name == "cuda" else "hipHostFree"
+    message = (
+        f"{free} would deadlock: device 0 still busy after 1 s; "
+        "a real driver hangs here"
+    )
+    assert out["free_other"] == out["free_flag"] == SUCCESS
+    assert out["waited"] >= 0.9
+    assert out["sync"] == ILLEGAL_ADDRESS
+    assert out["violations"] == [message, message]
+    assert f"fake_gpu: violation: {message}" in err
+
+
+FULL_QUEUE = r"""
+api = t.child_api(lib, API)
+s = api.stream()
+flag, release = api.value_gate(s)  # pending item 1
+for _ in range(3):  # 2 to 4: the queue is full
+    assert api.host_fn(s, lambda: None) == 0
+done = []
+th = threading.Thread(target=lambda: done.append(api.host_fn(s, lambda: None)))
+th.start()
+time.sleep(0.3)
+out["blocked"] = not done
+release()
+th.join(10)
+out["after_release"] = done
+out["sync"] = api.sync(s)
+# Never drained: bounded by FAKE_GPU_HANG_SECONDS.
+flag2, release2 = api.value_gate(s)
+for _ in range(3):
+    api.host_fn(s, lambda: None)
+t0 = time.monotonic()
+out["full"] = api.host_fn(s, lambda: None)
+out["waited"] = time.monotonic() - t0
+out["violations"] = t.violations(lib)
+release2()
+out["sync2"] = api.sync(s)
+api.free_host(flag)
+api.free_host(flag2)
+"""
+
+
+@pytest.mark.parametrize("api_name", ["cuda", "hip"])
+def test_full_queues_block(lib_path, api_name):
+    out, _ = run_child(
+        lib_path,
+        f"API = {api_name!r}\n" + FULL_QUEUE,
+        FAKE_GPU_QUEUE_DEPTH=4,
+        FAKE_GPU_HANG_SECONDS=2,
+    )
+    assert out["blocked"] is True
+    assert out["after_release"] == [SUCCESS] and out["sync"] == SUCCESS
+    assert out["full"] == SUCCESS and out["waited"] >= 1.9
+    launch = "cuLaunchHostFunc" if api_name == "cuda" else "hipLaunchHostFunc"
+    assert out["violations"] == [
+        f"{launch} blocked 2 s on a full stream; a real driver would deadlock"
+    ]
+    assert out["sync2"] == SUCCESS
+
+
+def test_stream_memory_operations_are_reported(lib):
+    v = ctypes.c_int(-1)
+    for attrib in (92, 93, 122):  # CUDA 12+: the ..._V1 names and the new one
+        v.value = -1
+        assert lib.cuDeviceGetAttribute(ref(v), attrib, 0) == SUCCESS
+        assert v.value == 1, attrib
+    v.value = -1
+    assert lib.hipDeviceGetAttribute(ref(v), 10013, 0) == SUCCESS and v.value == 1
+    assert lib.hipDeviceGetAttribute(ref(v), 12345, 0) == INVALID_VALUE
+    assert lib.hipDeviceGetAttribute(ref(v), 10013, 7) == INVALID_DEVICE
+
+
+NO_MEM_OPS = r"""
+v = ctypes.c_int(-1)
+def attr(get, a):
+    v.value = -1
+    return [get(ctypes.byref(v), a, 0), v.value]
+out["cu"] = [attr(lib.cuDeviceGetAttribute, a) for a in (92, 93, 122)]
+out["hip"] = attr(lib.hipDeviceGetAttribute, 10013)
+for name in ("cuda", "hip"):
+    api = t.child_api(lib, name)
+    s = api.stream()
+    flag = api.host_alloc(8)
+    out[name + "_wait"] = api.wait_value(s, api.device_ptr(flag)[1], 0)
+"""
+
+
+def test_stream_memory_operations_can_be_absent(lib_path):
+    out, _ = run_child(lib_path, NO_MEM_OPS, FAKE_GPU_STREAM_MEM_OPS=0)
+    assert out["cu"] == [[SUCCESS, 0]] * 3
+    assert out["hip"] == [SUCCESS, 0]
+    assert out["cuda_wait"] == out["hip_wait"] == NOT_SUPPORTED
+
+
+def test_blocking_sync_events(api):
+    s = api.stream()
+    e = api.event(BLOCKING_SYNC | DISABLE_TIMING)
+    flag, release = api.value_gate(s)
+    assert api.record(e, s) == SUCCESS
+    done = []
+    t = threading.Thread(target=lambda: done.append(api.event_sync(e)))
+    t.start()
+    time.sleep(0.05)
+    assert done == []  # blocks until the stream reaches the record
+    release()
+    t.join(WAIT)
+    assert done == [SUCCESS]
+    api.event_destroy(e)
+    api.destroy(s)
+    api.free_host(flag)
+
+
+# --------------------------------------------------------------------------
 # Last: nothing the tests made is left behind
 
 
 def test_everything_released(lib):
-    kinds = ("stream", "event", "host_alloc")
+    kinds = ("stream", "event", "host_alloc", "device_alloc", "device_bytes")
     assert {k: lib.fake_gpu_live(k.encode()) for k in kinds} == dict.fromkeys(kinds, 0)
     assert wait_until(lambda: lib.fake_gpu_threads() == 0)

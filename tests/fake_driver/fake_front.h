@@ -1,0 +1,56 @@
+/* What the API fronts share: the prologue of every entry point and the
+ * current device of each API.  fake_cuda.c / fake_cuda_memory.c are the
+ * CUDA front, fake_hip.c / fake_hip_memory.c the HIP one. */
+#ifndef FAKE_FRONT_H
+#define FAKE_FRONT_H
+
+#include "fake_gpu.h"
+
+#pragma GCC visibility push(hidden)
+
+/* Declaring every entry point from the project's X-macro makes the
+ * compiler reject a definition whose signature drifted. */
+#define FAKE_DECLARE_CU(name, version, kind, ret, params)                      \
+    FAKE_VISIBILITY(name) ret name params;
+#define FAKE_DECLARE_HIP(name, kind, ret, params)                              \
+    FAKE_VISIBILITY(name) ret name params;
+
+/* CUDA: counts the call and fires an armed fault before anything else. */
+#define FAKE_CU_ENTER(name)                                                    \
+    do {                                                                       \
+        unsigned fake_fault_ = fake_enter(FAKE_ID_##name);                     \
+        if (fake_fault_ != 0)                                                  \
+            return fake_fault_;                                                \
+    } while (0)
+
+/* CUDA: every call but the error names and cuGetProcAddress needs cuInit. */
+#define FAKE_CU_BEGIN(name)                                                    \
+    do {                                                                       \
+        FAKE_CU_ENTER(name);                                                   \
+        if (!fake_cuda_initialized())                                          \
+            return FAKE_E_NOT_INITIALIZED;                                     \
+    } while (0)
+
+/* HIP: counts the call, fires an armed fault, then fails every call the way
+ * a runtime that found no usable GPU does (FAKE_GPU_INIT_ERROR). */
+#define FAKE_HIP_BEGIN(name)                                                   \
+    do {                                                                       \
+        unsigned fake_rc_ = fake_enter(FAKE_ID_##name);                        \
+        if (fake_rc_ == 0)                                                     \
+            fake_rc_ = fake_cfg()->init_error;                                 \
+        if (fake_rc_ != 0)                                                     \
+            return fake_rc_;                                                   \
+    } while (0)
+
+bool fake_cuda_initialized(void);
+/* The device of the calling thread's current context: INVALID_CONTEXT
+ * without one, which catches a backend that forgot to push its context. */
+unsigned fake_cuda_current_device(int *device);
+/* The device of a primary context, or false for anything else. */
+bool fake_cuda_context_device(cu_context ctx, int *device);
+/* hipSetDevice's device; hipErrorNoDevice when there is none. */
+unsigned fake_hip_current_device(int *device);
+
+#pragma GCC visibility pop
+
+#endif /* FAKE_FRONT_H */
