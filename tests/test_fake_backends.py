@@ -475,3 +475,40 @@ def test_cli_lists_fake_devices(fake_lib):
     assert r.stdout.count("host_function_entry_point: cuLaunchHostFunc") == 2
     assert r.stdout.count("python_host_functions_run_on: worker threads") == 2
     assert "driver_version: 13.0" in r.stdout, _output(r)
+
+
+DRIVER_VERSION_CHECK = r"""
+import ctypes, json, os
+from max.driver import Accelerator, CompletionFlag, DeviceEvent, DeviceQueue
+lib = ctypes.CDLL(os.environ["MAX_DRIVER_FAKE_LIBRARY"])
+lib.fake_gpu_live.argtypes = [ctypes.c_char_p]
+acc = Accelerator()
+q = DeviceQueue(acc)
+a, b = DeviceEvent(acc, enable_timing=True), DeviceEvent(acc, enable_timing=True)
+q.record_event(a)
+f = CompletionFlag(acc)
+q.wait_for_host_value(f, 0)
+q.record_event(b)
+b.synchronize(timeout=20)
+print("JSON" + json.dumps({
+    "caps": acc._capabilities(),
+    "elapsed": a.elapsed_time(b),
+    "too_new": lib.fake_gpu_live(b"proc_too_new"),
+}))
+"""
+
+
+@pytest.mark.parametrize("version", [11040, 12000, 12080, 13000])
+def test_entry_points_asked_at_no_newer_version_than_the_driver(fake_lib, version):
+    """cuGetProcAddress refuses a CUDA version newer than the driver's
+    (CUDA_ERROR_INVALID_VALUE): the backend asks at the driver's version
+    when it is older than the ABI we declare, and everything still works
+    (the stream-memory attribute of drivers before CUDA 12 included)."""
+    env = fake_env("cuda", fake_lib, FAKE_GPU_DRIVER_VERSION=version)
+    r = run_code(DRIVER_VERSION_CHECK, env)
+    assert r.returncode == 0, _output(r)
+    out = _json(r)
+    assert out["too_new"] == 0, out
+    assert out["caps"]["driver_version"] == version
+    assert out["caps"]["stream_memory_operations"] is True
+    assert out["elapsed"] >= 0.0

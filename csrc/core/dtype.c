@@ -231,6 +231,8 @@ static const entry table[] = {
 };
 
 enum { TABLE_SIZE = sizeof table / sizeof table[0] };
+_Static_assert((int)TABLE_SIZE == (int)MXD_DTYPE_MEMBERS,
+               "dtype.h counts the dtypes");
 
 static const entry *find(int code)
 {

@@ -111,6 +111,9 @@ typedef struct mxd_dtype_info {
     bool subbyte_padded;    /* fewer bits than its byte (float4, float6) */
 } mxd_dtype_info;
 
+/* How many dtypes there are (mxd_dtype_count()). */
+enum { MXD_DTYPE_MEMBERS = 21 };
+
 /* The largest size_in_bytes: room for any one element. */
 enum { MXD_DTYPE_MAX_BYTES = 8 };
 

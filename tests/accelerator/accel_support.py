@@ -47,6 +47,12 @@ class FakeControl:
         lib.fake_gpu_stream_flags.restype = ctypes.c_uint
         lib.fake_gpu_threads.argtypes = []
         lib.fake_gpu_threads.restype = ctypes.c_int
+        lib.fake_gpu_violations.argtypes = []
+        lib.fake_gpu_violations.restype = ctypes.c_int
+        lib.fake_gpu_violation.argtypes = [ctypes.c_int]
+        lib.fake_gpu_violation.restype = ctypes.c_char_p
+        lib.fake_gpu_clear_violations.argtypes = []
+        lib.fake_gpu_clear_violations.restype = None
 
     def fail(self, name, nth, code):
         return self.lib.fake_gpu_fail(name.encode(), nth, code)
@@ -68,6 +74,15 @@ class FakeControl:
 
     def threads(self):
         return self.lib.fake_gpu_threads()
+
+    def violations(self):
+        """The real-driver rules the backend broke, as sentences."""
+        n = self.lib.fake_gpu_violations()
+        texts = (self.lib.fake_gpu_violation(i) for i in range(n))
+        return [t.decode() if t else "?" for t in texts]
+
+    def clear_violations(self):
+        self.lib.fake_gpu_clear_violations()
 
 
 def child_env(**overrides):

@@ -86,9 +86,10 @@ def aq(acc):
 
 
 @pytest.fixture(autouse=True)
-def _quiesce_accelerators():
+def _quiesce_accelerators(_driver_rules_kept):
     """After each test (after its gates were released) let every accelerator
-    drain, so that leftover work does not leak into the next test."""
+    drain, so that leftover work does not leak into the next test (and
+    before the rule check below, so that late work is checked too)."""
     yield
     if ACCELERATOR_COUNT == 0:
         return
@@ -99,6 +100,26 @@ def _quiesce_accelerators():
             warnings.warn(
                 f"accelerator {i} did not drain after test: {exc!r}", stacklevel=1
             )
+
+
+@pytest.fixture(autouse=True)
+def _driver_rules_kept():
+    """Every test fails when the backend broke a rule of real drivers that
+    the fake enforces (a driver call from a callback, a free or enqueue that
+    would deadlock) or when a driver destroy failed on the cleanup thread."""
+    from max._core import driver as core
+
+    fake = FakeControl(FAKE_LIBRARY) if FAKE_LIBRARY else None
+    if fake is not None:
+        fake.clear_violations()
+    failures_before, _ = core._cleanup_failures()
+    yield
+    if fake is not None:
+        broken = fake.violations()
+        fake.clear_violations()
+        assert not broken, "real-driver rules broken:\n" + "\n".join(broken)
+    failures, last = core._cleanup_failures()
+    assert failures == failures_before, f"driver cleanup failed: {last}"
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
+import time
 
 import pytest
 from accel_support import ENQ, ENQ_ASYNC, FAKE_LIBRARY, WAIT, wait_until
@@ -62,8 +64,20 @@ def test_queues_are_non_blocking_streams(acc, fake):
         assert flags & NON_BLOCKING, (repr(q), hex(flags))
 
 
+def _settled(fake, kind):
+    """The live count once earlier tests' objects are gone: the cleanup
+    thread destroys dropped streams shortly after their work is done."""
+    last = fake.live(kind)
+    while True:
+        time.sleep(0.05)
+        now = fake.live(kind)
+        if now == last:
+            return now
+        last = now
+
+
 def test_native_handle_is_a_live_fake_stream(acc, fake):
-    before = fake.live("stream")
+    before = _settled(fake, "stream")
     q = DeviceQueue(acc)
     assert fake.live("stream") >= before + 1
     assert fake.stream_flags(q.native_stream_handle) & NON_BLOCKING
@@ -111,7 +125,7 @@ def test_no_leaked_driver_objects(acc, fake, rec):
     Driver events may be kept in a bounded pool for reuse, so for events the
     check is that repeating the same work does not make the count grow."""
     _drain()
-    base = fake.lives()
+    base = {k: _settled(fake, k) for k in KINDS}
     frees = fake.calls(_free_host_name(acc.api))
     events_after = []
     for round_ in range(4):
@@ -153,7 +167,7 @@ def test_flags_come_from_a_pinned_pool(acc, fake):
 
 def test_no_leak_with_dropped_pending_work(acc, fake, rec):
     _drain()
-    base = fake.lives()
+    base = {k: _settled(fake, k) for k in KINDS}
     release = CompletionFlag(acc)
     for i in range(10):
         q = DeviceQueue(acc)
@@ -232,3 +246,21 @@ def test_gate_goes_through_stream_wait_value(acc, aq, fake):
     f.signal(1)
     aq.synchronize(timeout=WAIT)
     assert fake.calls(name) >= before + 1
+
+
+def test_synchronize_adds_nothing_to_the_stream_but_an_event(acc, aq, fake, gate):
+    """A long synchronize() waits on an event it records; it never puts a
+    host function or stream callback into the user's stream (those would
+    wait on the driver's shared callback thread, and cost a round trip)."""
+    names = (
+        ["cuLaunchHostFunc", "cuStreamAddCallback"]
+        if acc.api == "cuda"
+        else ["hipLaunchHostFunc", "hipStreamAddCallback"]
+    )
+    f = gate(aq)
+    getattr(aq, ENQ)(lambda: None)
+    before = sum(fake.calls(n) for n in names)
+    threading.Timer(0.3, f.signal, args=(1,)).start()
+    aq.synchronize(timeout=WAIT)
+    acc.synchronize(timeout=WAIT)
+    assert sum(fake.calls(n) for n in names) == before

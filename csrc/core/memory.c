@@ -1,0 +1,293 @@
+/* Memory: reference counting, the queues that use it, and the checks and
+ * plans every backend's copies and fills share. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+typedef struct mxd_memory_user {
+    struct mxd_memory_user *next;
+    mxd_queue *queue;
+} user_node;
+
+static void init_generic(mxd_memory *m, mxd_queue *q, mxd_memory_kind kind,
+                         int64_t size)
+{
+    atomic_init(&m->refs, 1);
+    m->epoch = mxd_epoch_now();
+    m->device = q->device;
+    m->ops = q->ops;
+    m->kind = kind;
+    m->size = size;
+    m->queue = q;
+    mxd_queue_retain(q);
+    mxd_spin_init(&m->lock);
+}
+
+static mxd_status check_queue(const mxd_queue *q, mxd_error *err)
+{
+    if (mxd_queue_is_stale(q))
+        return mxd_fail_stale(err, "DeviceQueue");
+    return mxd_device_check(q->device, err);
+}
+
+mxd_status mxd_memory_alloc(mxd_queue *q, int64_t bytes, bool pinned,
+                            mxd_memory **out, mxd_error *err)
+{
+    mxd_status st = check_queue(q, err);
+    if (st != MXD_OK)
+        return st;
+    if (bytes < 0)
+        return mxd_fail(err, MXD_INVALID, "cannot allocate %lld bytes",
+                        (long long)bytes);
+    pinned = pinned && !mxd_device_is_host(q->device);
+    mxd_memory *m;
+    /* Zero bytes still get an address of their own (a non-null pointer). */
+    st = q->ops->memory_alloc(q, bytes > 0 ? bytes : 1, pinned, &m, err);
+    if (st != MXD_OK)
+        return st;
+    mxd_memory_kind kind = mxd_device_is_host(q->device) ? MXD_MEMORY_HOST
+                           : pinned                      ? MXD_MEMORY_PINNED
+                                                         : MXD_MEMORY_DEVICE;
+    init_generic(m, q, kind, bytes);
+    m->pinned = pinned;
+    *out = m;
+    return MXD_OK;
+}
+
+mxd_status mxd_memory_wrap(mxd_queue *q, const mxd_foreign *foreign,
+                           mxd_memory **out, mxd_error *err)
+{
+    mxd_status st = check_queue(q, err);
+    if (st != MXD_OK)
+        return st;
+    if (foreign->size < 0)
+        return mxd_fail(err, MXD_INVALID, "foreign memory of %lld bytes",
+                        (long long)foreign->size);
+    mxd_memory *m = calloc(1, sizeof *m);
+    if (!m)
+        return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
+    init_generic(m, q, MXD_MEMORY_FOREIGN, foreign->size);
+    m->host = foreign->host;
+    m->device_ptr = foreign->device_ptr ? foreign->device_ptr
+                                        : (uintptr_t)foreign->host;
+    m->pinned = foreign->pinned;
+    m->readonly = foreign->readonly;
+    m->release = foreign->release;
+    *out = m;
+    return MXD_OK;
+}
+
+void mxd_memory_retain(mxd_memory *m)
+{
+    atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+}
+
+void mxd_memory_release(mxd_memory *m)
+{
+    if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (mxd_stale(m->epoch))
+        return; /* its queue and driver state are the parent's: leak it */
+    m->ops->memory_free(m);
+}
+
+mxd_status mxd_memory_use_on(mxd_memory *m, mxd_queue *q, mxd_error *err)
+{
+    if (q == m->queue)
+        return MXD_OK;
+    if (q->device != m->device)
+        return mxd_fail(err, MXD_INVALID,
+                        "the memory is on %s device %d, the queue on %s "
+                        "device %d",
+                        m->ops->api, m->device->id, q->ops->api, q->device->id);
+    user_node *node = malloc(sizeof *node);
+    if (!node)
+        return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
+    node->queue = q;
+    bool known = false;
+    mxd_spin_lock(&m->lock);
+    for (user_node *n = m->users; n && !known; n = n->next)
+        known = n->queue == q;
+    if (!known) {
+        node->next = m->users;
+        m->users = node;
+    }
+    mxd_spin_unlock(&m->lock);
+    if (known)
+        free(node);
+    else
+        mxd_queue_retain(q);
+    return MXD_OK;
+}
+
+size_t mxd_memory_users(mxd_memory *m, mxd_queue **out, size_t max)
+{
+    size_t n = 0;
+    mxd_spin_lock(&m->lock);
+    for (user_node *u = m->users; u && n < max; u = u->next)
+        out[n++] = u->queue;
+    mxd_spin_unlock(&m->lock);
+    return n;
+}
+
+void mxd_memory_drop_queues(mxd_memory *m)
+{
+    user_node *n = m->users;
+    m->users = NULL;
+    while (n) {
+        user_node *next = n->next;
+        mxd_queue_release(n->queue);
+        free(n);
+        n = next;
+    }
+    mxd_queue_release(m->queue);
+}
+
+void mxd_memory_release_foreign(mxd_memory *m)
+{
+    mxd_host_fn release = m->release;
+    mxd_memory_drop_queues(m);
+    free(m);
+    mxd_host_fn_run_alone(release);
+}
+
+mxd_device *mxd_memory_device(const mxd_memory *m)
+{
+    return m->device;
+}
+
+mxd_memory_kind mxd_memory_kind_of(const mxd_memory *m)
+{
+    return m->kind;
+}
+
+bool mxd_memory_is_pinned(const mxd_memory *m)
+{
+    return m->pinned;
+}
+
+bool mxd_memory_is_readonly(const mxd_memory *m)
+{
+    return m->readonly;
+}
+
+void *mxd_memory_host(const mxd_memory *m)
+{
+    return m->host;
+}
+
+uintptr_t mxd_memory_device_ptr(const mxd_memory *m)
+{
+    return m->device_ptr;
+}
+
+int64_t mxd_memory_size(const mxd_memory *m)
+{
+    return m->size;
+}
+
+/* ---- Copies and fills ---------------------------------------------------- */
+
+static mxd_status check_view(const mxd_view *v, const char *which,
+                             mxd_error *err)
+{
+    if (mxd_stale(v->memory->epoch) || mxd_queue_is_stale(v->queue))
+        return mxd_fail_stale(err, "Buffer");
+    if (v->queue->device != v->memory->device)
+        return mxd_fail(err, MXD_INVALID,
+                        "the %s buffer is bound to a queue of another device",
+                        which);
+    return mxd_layout_check(&v->layout, err);
+}
+
+void mxd_byte_strides(const mxd_layout *v, int64_t *out)
+{
+    for (int i = 0; i < v->rank; i++)
+        out[i] = v->strides[i] * v->element_size;
+}
+
+/* A contiguous view as one dimension of `count` elements, for copies
+ * between contiguous views of different shapes. */
+static mxd_status flat_plan(mxd_copy_plan *plan, const mxd_layout *dst,
+                            const mxd_layout *src, int64_t count,
+                            mxd_error *err)
+{
+    int64_t shape[1] = {count}, stride[1] = {dst->element_size};
+    return mxd_copy_plan_init(plan, 1, shape, dst->element_size, src->offset,
+                              stride, dst->offset, stride, err);
+}
+
+static bool same_shape(const mxd_layout *a, const mxd_layout *b)
+{
+    return a->rank == b->rank &&
+           memcmp(a->shape, b->shape, (size_t)a->rank * sizeof *a->shape) == 0;
+}
+
+/* The backend that moves the data: an accelerator's when either side is
+ * on one (a process drives one GPU backend), else the CPU's. */
+static const mxd_backend *copier(const mxd_view *dst, const mxd_view *src)
+{
+    return mxd_device_is_host(dst->memory->device) ? src->memory->ops
+                                                   : dst->memory->ops;
+}
+
+mxd_status mxd_copy(const mxd_view *dst, const mxd_view *src,
+                    const mxd_wait *wait, mxd_error *err)
+{
+    mxd_status st = check_view(dst, "destination", err);
+    if (st == MXD_OK)
+        st = check_view(src, "source", err);
+    if (st != MXD_OK)
+        return st;
+    if (dst->memory->readonly)
+        return mxd_fail(err, MXD_INVALID, "the destination is read-only");
+    if (dst->layout.element_size != src->layout.element_size)
+        return mxd_fail(err, MXD_INVALID,
+                        "cannot copy %lld-byte elements into %lld-byte ones",
+                        (long long)src->layout.element_size,
+                        (long long)dst->layout.element_size);
+    int64_t dst_count, src_count;
+    mxd_shape_size(dst->layout.rank, dst->layout.shape, 1, &dst_count, NULL,
+                   NULL);
+    mxd_shape_size(src->layout.rank, src->layout.shape, 1, &src_count, NULL,
+                   NULL);
+    if (dst_count != src_count)
+        return mxd_fail(err, MXD_INVALID,
+                        "cannot copy %lld elements into %lld elements",
+                        (long long)src_count, (long long)dst_count);
+    if (dst_count == 0)
+        return MXD_OK;
+    mxd_copy_plan plan;
+    if (same_shape(&dst->layout, &src->layout))
+        st = mxd_copy_plan_layouts(&plan, &dst->layout, &src->layout, err);
+    else if (mxd_layout_is_contiguous(&dst->layout) &&
+             mxd_layout_is_contiguous(&src->layout))
+        st = flat_plan(&plan, &dst->layout, &src->layout, dst_count, err);
+    else
+        st = mxd_fail(err, MXD_INVALID,
+                      "views of different shapes must both be contiguous to "
+                      "be copied");
+    if (st != MXD_OK)
+        return st;
+    return copier(dst, src)->copy(dst, src, &plan, wait, err);
+}
+
+mxd_status mxd_fill(const mxd_view *dst, const void *element,
+                    const mxd_wait *wait, mxd_error *err)
+{
+    mxd_status st = check_view(dst, "destination", err);
+    if (st != MXD_OK)
+        return st;
+    if (dst->memory->readonly)
+        return mxd_fail(err, MXD_INVALID, "the destination is read-only");
+    int64_t strides[MXD_MAX_RANK];
+    mxd_byte_strides(&dst->layout, strides);
+    mxd_copy_plan plan;
+    st = mxd_fill_plan_init(&plan, dst->layout.rank, dst->layout.shape,
+                            dst->layout.element_size, dst->layout.offset,
+                            strides, err);
+    if (st != MXD_OK || plan.blocks == 0)
+        return st;
+    return dst->memory->ops->fill(dst, &plan, element, wait, err);
+}
