@@ -85,6 +85,7 @@ static const char *known_name(cu_result rc)
     case 36: return "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER";
     case 100: return "CUDA_ERROR_NO_DEVICE";
     case 304: return "CUDA_ERROR_OPERATING_SYSTEM";
+    case 800: return "CUDA_ERROR_NOT_PERMITTED";
     case 999: return "CUDA_ERROR_UNKNOWN";
     default: return "CUDA_ERROR_UNRECOGNIZED";
     }

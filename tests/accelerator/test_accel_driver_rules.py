@@ -244,6 +244,7 @@ def test_enqueues_behind_a_gate_opened_by_a_python_thread(run_acc_py):
     r = run_acc_py(GATED_FLOOD, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "DONE" in r.stdout
+    assert "violation" not in r.stderr, r.stderr
 
 
 # --------------------------------------------------------------------------
