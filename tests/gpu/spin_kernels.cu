@@ -2,9 +2,13 @@
 // generated from this file, since the GPU machine may lack nvcc:
 //
 //     nvcc -ptx -arch=compute_75 spin_kernels.cu -o spin.ptx
+//     sed -i 's/^\.version .*/.version 7.0/' spin.ptx
 //
 // (CUDA 13 dropped compute_70, the oldest target it still accepts being
-// compute_75; the driver JIT-compiles the PTX for the GPU it runs on.)
+// compute_75; the driver JIT-compiles the PTX for the GPU it runs on.  nvcc
+// writes its own PTX ISA version, 9.0 for CUDA 13, which drivers before
+// CUDA 13 reject; the instructions used need only 7.0, so the header is
+// lowered, and tests/test_gpu_tooling.py checks it.)
 //
 // Every pointer is a device-visible address, normally of pinned host memory
 // mapped into the device (cuMemHostAlloc with DEVICEMAP), so the host reads
