@@ -83,12 +83,55 @@ def test_raw_driver_reports_the_stub_library(raw_library):
         raw.time_ns("raw_stream_query_ns", 0, 10)
 
 
+
+def _load_fake_builder():
+    spec = importlib.util.spec_from_file_location(
+        "fake_driver_build", REPO / "tests" / "fake_driver" / "build.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.build_fake_driver
+
+
 def test_gpu_check_script_parses():
     script = REPO / "scripts" / "gpu-check.sh"
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()
     for needed in ("tests/gpu", "tests/accelerator", "benchmarks.gpu", "build_ext"):
         assert needed in text
+    # Preflight before the build; the real driver, not the fake; interop
+    # tests after everything that could be fooled by a context they leave
+    # current; the hazard probe at the end; 5 minutes in all.
+    assert text.index("Python.h") < text.index("build_ext")
+    assert "MAX_DRIVER_BACKEND=cuda" in text
+    assert "unset MAX_DRIVER_CUDA_LIBRARY" in text
+    steps = re.findall(r'^\s*step "([^"]+)" (\d+) ', text, re.M)
+    names = [name for name, _ in steps]
+    assert names[-2:] == ["interop tests (last)", "probe"], names
+    assert sum(int(limit) for _, limit in steps) <= 300, steps
+    assert "scripts/gpu_probe.py" in text
+
+
+def test_gpu_probe_cases_pass_on_the_fake(tmp_path):
+    """The probe itself, against the fake driver (CUDA and HIP)."""
+    build = _load_fake_builder()
+    lib = build(tmp_path)
+    for api in ("cuda", "hip"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MAX_DRIVER")}
+        env.update(
+            MAX_DRIVER_BACKEND=api,
+            **{f"MAX_DRIVER_{api.upper()}_LIBRARY": str(lib)},
+            PYTHONPATH=str(REPO),
+        )
+        r = subprocess.run(
+            [sys.executable, str(REPO / "scripts" / "gpu_probe.py")],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert re.search(r"gpu_probe: (\d+) of \1 cases passed", r.stdout), r.stdout
 
 
 def test_committed_ptx_has_the_kernels():

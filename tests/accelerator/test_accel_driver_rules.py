@@ -144,9 +144,10 @@ def test_host_function_waits_for_one_on_another_queue(acc, rec):
 
 def test_slow_host_function_does_not_delay_another_queue(acc):
     a, b = DeviceQueue(acc), DeviceQueue(acc)
-    release = threading.Event()
-    getattr(a, ENQ)(lambda: release.wait(WAIT))
+    started, release = threading.Event(), threading.Event()
+    getattr(a, ENQ)(lambda: (started.set(), release.wait(WAIT)))
     try:
+        assert started.wait(WAIT)  # a's host function is running
         ran = []
         getattr(b, ENQ)(lambda: ran.append(1))
         t0 = time.monotonic()
@@ -163,9 +164,10 @@ def test_async_host_function_on_a_busy_device(acc):
     """The kickoff hands fn to a worker even while another queue's host
     function blocks."""
     a, b = DeviceQueue(acc), DeviceQueue(acc)
-    release = threading.Event()
-    getattr(a, ENQ)(lambda: release.wait(WAIT))
+    started, release = threading.Event(), threading.Event()
+    getattr(a, ENQ)(lambda: (started.set(), release.wait(WAIT)))
     try:
+        assert started.wait(WAIT)
         f = CompletionFlag(acc)
         getattr(b, ENQ_ASYNC)(lambda: None, f, 7, CPU())
         b.wait_for_host_value(f, 7)
