@@ -29,9 +29,11 @@ typedef enum item_kind {
     ITEM_WAIT_VALUE, /* wait until a flag holds a value */
     ITEM_STAMP,      /* write the time into a timing stamp */
     ITEM_KICKOFF,    /* reset a flag, hand a host function to the pool */
+    ITEM_TRANSFER,   /* write a buffer: a staged copy or a fill */
 } item_kind;
 
 typedef struct cpu_queue cpu_queue;
+typedef struct cpu_transfer cpu_transfer; /* cpu_memory.inc */
 
 /* Completion time of a timed event's point, shared between the event and
  * the item that writes it (the event may be re-recorded or destroyed before
@@ -56,6 +58,7 @@ typedef struct cpu_item {
             uint64_t value;
         } wait;
         cpu_stamp *stamp;
+        cpu_transfer *transfer;
         struct {
             mxd_job job; /* the item itself becomes the pool job */
             mxd_host_fn fn;
@@ -172,6 +175,7 @@ static bool value_arg_reached(const void *arg)
 /* ---- Running items (on the drain thread) --------------------------------- */
 
 static void run_kickoff_job(mxd_job *job);
+static void run_transfer(cpu_transfer *t);
 
 /* Runs one item that is not a host function; it may block. */
 static void run_item(cpu_item *item)
@@ -198,6 +202,7 @@ static void run_item(cpu_item *item)
         if (mxd_pool_submit(&item->u.kickoff.job, NULL) != MXD_OK)
             run_kickoff_job(&item->u.kickoff.job); /* no thread: run here */
         return;                                    /* the job owns the item */
+    case ITEM_TRANSFER: run_transfer(item->u.transfer); break;
     case ITEM_HOST: break; /* run by drain() inside a host batch */
     }
     free(item);
@@ -747,6 +752,13 @@ static mxd_status cpu_features(const mxd_device *dev, mxd_device_features *out,
     return MXD_OK;
 }
 
+#include "cpu_memory.inc"
+
+static bool cpu_runs_host_fn_of(const mxd_queue *q)
+{
+    return running_queue == (const cpu_queue *)q;
+}
+
 const mxd_backend mxd_cpu_backend = {
     .api = "cpu",
     .is_host_unified = cpu_is_host_unified,
@@ -773,4 +785,9 @@ const mxd_backend mxd_cpu_backend = {
     .event_elapsed = cpu_event_elapsed,
     .flag_slot_alloc = cpu_flag_slot_alloc,
     .flag_slot_free = cpu_flag_slot_free,
+    .runs_host_fn_of = cpu_runs_host_fn_of,
+    .memory_alloc = cpu_memory_alloc,
+    .memory_free = cpu_memory_free,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
 };

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "gpu_api.h"
 #include "cuda_abi.h"
 
 #define GPU_API "cuda"
@@ -255,6 +256,120 @@ static mxd_status api_wait_value_geq(gpu_stream s, uintptr_t device_ptr,
                                      uint64_t value, mxd_error *err)
 {
     return wait_value(s, device_ptr, value, MXD_CU_STREAM_WAIT_VALUE_GEQ, err);
+}
+
+/* ---- Device memory, copies and fills ----------------------------------- */
+
+/* Stream-ordered allocation needs the entry points and the device's
+ * memory pools. */
+static bool api_has_memory_pools(api_device *d)
+{
+    int value = 0;
+    return drv.cuMemAllocAsync && drv.cuMemFreeAsync &&
+           drv.cuDeviceGetAttribute(
+               &value, MXD_CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+               d->handle) == MXD_CU_SUCCESS &&
+           value != 0;
+}
+
+static mxd_status api_mem_alloc_async(uintptr_t *ptr, size_t bytes,
+                                      gpu_stream s, mxd_error *err)
+{
+    cu_deviceptr p = 0;
+    mxd_status st =
+        check(drv.cuMemAllocAsync(&p, bytes, s), "cuMemAllocAsync", err);
+    *ptr = (uintptr_t)p;
+    return st;
+}
+
+static mxd_status api_mem_free_async(uintptr_t ptr, gpu_stream s,
+                                     mxd_error *err)
+{
+    return check(drv.cuMemFreeAsync((cu_deviceptr)ptr, s), "cuMemFreeAsync",
+                 err);
+}
+
+/* Under api_enter: allocates in the current context. */
+static mxd_status api_mem_alloc(uintptr_t *ptr, size_t bytes, mxd_error *err)
+{
+    cu_deviceptr p = 0;
+    mxd_status st = check(drv.cuMemAlloc(&p, bytes), "cuMemAlloc", err);
+    *ptr = (uintptr_t)p;
+    return st;
+}
+
+static mxd_status api_mem_free(uintptr_t ptr, mxd_error *err)
+{
+    return check(drv.cuMemFree((cu_deviceptr)ptr), "cuMemFree", err);
+}
+
+static mxd_status api_copy_htod(gpu_stream s, uintptr_t dst, const void *src,
+                                size_t bytes, mxd_error *err)
+{
+    return check(drv.cuMemcpyHtoDAsync((cu_deviceptr)dst, src, bytes, s),
+                 "cuMemcpyHtoDAsync", err);
+}
+
+static mxd_status api_copy_dtoh(gpu_stream s, void *dst, uintptr_t src,
+                                size_t bytes, mxd_error *err)
+{
+    return check(drv.cuMemcpyDtoHAsync(dst, (cu_deviceptr)src, bytes, s),
+                 "cuMemcpyDtoHAsync", err);
+}
+
+static mxd_status api_copy_dtod(gpu_stream s, uintptr_t dst, uintptr_t src,
+                                size_t bytes, mxd_error *err)
+{
+    return check(
+        drv.cuMemcpyDtoDAsync((cu_deviceptr)dst, (cu_deviceptr)src, bytes, s),
+        "cuMemcpyDtoDAsync", err);
+}
+
+static mxd_status api_copy_peer(gpu_stream s, uintptr_t dst, api_device *dd,
+                                uintptr_t src, api_device *sd, size_t bytes,
+                                mxd_error *err)
+{
+    return check(drv.cuMemcpyPeerAsync((cu_deviceptr)dst, dd->context,
+                                       (cu_deviceptr)src, sd->context, bytes,
+                                       s),
+                 "cuMemcpyPeerAsync", err);
+}
+
+static mxd_status api_copy_2d(gpu_stream s, const gpu_copy2d *c, mxd_error *err)
+{
+    cu_memcpy2d p = {
+        .srcMemoryType =
+            c->src_device ? MXD_CU_MEMORYTYPE_DEVICE : MXD_CU_MEMORYTYPE_HOST,
+        .srcHost = c->src_device ? NULL : (const void *)c->src,
+        .srcDevice = c->src_device ? (cu_deviceptr)c->src : 0,
+        .srcPitch = c->src_pitch,
+        .dstMemoryType =
+            c->dst_device ? MXD_CU_MEMORYTYPE_DEVICE : MXD_CU_MEMORYTYPE_HOST,
+        .dstHost = c->dst_device ? NULL : (void *)c->dst,
+        .dstDevice = c->dst_device ? (cu_deviceptr)c->dst : 0,
+        .dstPitch = c->dst_pitch,
+        .WidthInBytes = c->width,
+        .Height = c->height,
+    };
+    return check(drv.cuMemcpy2DAsync(&p, s), "cuMemcpy2DAsync", err);
+}
+
+/* count elements of 1, 2 or 4 bytes, each `value`. */
+static mxd_status api_memset(gpu_stream s, uintptr_t dst, unsigned size,
+                             uint32_t value, size_t count, mxd_error *err)
+{
+    cu_deviceptr p = (cu_deviceptr)dst;
+    switch (size) {
+    case 1:
+        return check(drv.cuMemsetD8Async(p, (unsigned char)value, count, s),
+                     "cuMemsetD8Async", err);
+    case 2:
+        return check(drv.cuMemsetD16Async(p, (unsigned short)value, count, s),
+                     "cuMemsetD16Async", err);
+    default:
+        return check(drv.cuMemsetD32Async(p, value, count, s),
+                     "cuMemsetD32Async", err);
+    }
 }
 
 #include "gpu_backend.inc"

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "gpu_api.h"
 #include "hip_abi.h"
 
 #define GPU_API "hip"
@@ -212,6 +213,108 @@ static mxd_status api_wait_value_geq(gpu_stream s, uintptr_t device_ptr,
                                      uint64_t value, mxd_error *err)
 {
     return wait_value(s, device_ptr, value, MXD_HIP_STREAM_WAIT_VALUE_GTE, err);
+}
+
+/* ---- Device memory, copies and fills ----------------------------------- */
+
+static bool api_has_memory_pools(api_device *d)
+{
+    int value = 0;
+    return drv.hipMallocAsync && drv.hipFreeAsync &&
+           drv.hipDeviceGetAttribute(
+               &value, MXD_HIP_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+               d->handle) == MXD_HIP_SUCCESS &&
+           value != 0;
+}
+
+static mxd_status api_mem_alloc_async(uintptr_t *ptr, size_t bytes,
+                                      gpu_stream s, mxd_error *err)
+{
+    void *p = NULL;
+    mxd_status st =
+        check(drv.hipMallocAsync(&p, bytes, s), "hipMallocAsync", err);
+    *ptr = (uintptr_t)p;
+    return st;
+}
+
+static mxd_status api_mem_free_async(uintptr_t ptr, gpu_stream s,
+                                     mxd_error *err)
+{
+    return check(drv.hipFreeAsync((void *)ptr, s), "hipFreeAsync", err);
+}
+
+/* Under api_enter: allocates on the current device. */
+static mxd_status api_mem_alloc(uintptr_t *ptr, size_t bytes, mxd_error *err)
+{
+    void *p = NULL;
+    mxd_status st = check(drv.hipMalloc(&p, bytes), "hipMalloc", err);
+    *ptr = (uintptr_t)p;
+    return st;
+}
+
+static mxd_status api_mem_free(uintptr_t ptr, mxd_error *err)
+{
+    return check(drv.hipFree((void *)ptr), "hipFree", err);
+}
+
+static mxd_status api_copy_htod(gpu_stream s, uintptr_t dst, const void *src,
+                                size_t bytes, mxd_error *err)
+{
+    return check(drv.hipMemcpyHtoDAsync((void *)dst, (void *)src, bytes, s),
+                 "hipMemcpyHtoDAsync", err);
+}
+
+static mxd_status api_copy_dtoh(gpu_stream s, void *dst, uintptr_t src,
+                                size_t bytes, mxd_error *err)
+{
+    return check(drv.hipMemcpyDtoHAsync(dst, (void *)src, bytes, s),
+                 "hipMemcpyDtoHAsync", err);
+}
+
+static mxd_status api_copy_dtod(gpu_stream s, uintptr_t dst, uintptr_t src,
+                                size_t bytes, mxd_error *err)
+{
+    return check(drv.hipMemcpyDtoDAsync((void *)dst, (void *)src, bytes, s),
+                 "hipMemcpyDtoDAsync", err);
+}
+
+static mxd_status api_copy_peer(gpu_stream s, uintptr_t dst, api_device *dd,
+                                uintptr_t src, api_device *sd, size_t bytes,
+                                mxd_error *err)
+{
+    return check(drv.hipMemcpyPeerAsync((void *)dst, dd->handle,
+                                        (const void *)src, sd->handle, bytes,
+                                        s),
+                 "hipMemcpyPeerAsync", err);
+}
+
+static mxd_status api_copy_2d(gpu_stream s, const gpu_copy2d *c, mxd_error *err)
+{
+    hip_memcpy_kind kind =
+        c->src_device ? (c->dst_device ? MXD_HIP_MEMCPY_DEVICE_TO_DEVICE
+                                       : MXD_HIP_MEMCPY_DEVICE_TO_HOST)
+                      : MXD_HIP_MEMCPY_HOST_TO_DEVICE;
+    return check(drv.hipMemcpy2DAsync((void *)c->dst, c->dst_pitch,
+                                      (const void *)c->src, c->src_pitch,
+                                      c->width, c->height, kind, s),
+                 "hipMemcpy2DAsync", err);
+}
+
+static mxd_status api_memset(gpu_stream s, uintptr_t dst, unsigned size,
+                             uint32_t value, size_t count, mxd_error *err)
+{
+    void *p = (void *)dst;
+    switch (size) {
+    case 1:
+        return check(drv.hipMemsetD8Async(p, (unsigned char)value, count, s),
+                     "hipMemsetD8Async", err);
+    case 2:
+        return check(drv.hipMemsetD16Async(p, (unsigned short)value, count, s),
+                     "hipMemsetD16Async", err);
+    default:
+        return check(drv.hipMemsetD32Async(p, (int)value, count, s),
+                     "hipMemsetD32Async", err);
+    }
 }
 
 #include "gpu_backend.inc"

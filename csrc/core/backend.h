@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "memory.h"
 #include "mxd.h"
 #include "sync.h"
 
@@ -53,6 +54,25 @@ struct mxd_flag {
     void *backend_data;     /* e.g. the pinned-pool slot holding `slot` */
 };
 
+struct mxd_memory {
+    atomic_long refs;
+    unsigned epoch;
+    mxd_device *device;
+    const mxd_backend *ops; /* the device's backend: it frees the memory */
+    mxd_memory_kind kind;
+    bool pinned;   /* host memory mapped into an accelerator */
+    bool readonly; /* foreign memory nothing of ours may write */
+    void *host;    /* NULL for device memory */
+    uintptr_t device_ptr;
+    int64_t size;
+    mxd_queue *queue;  /* the owner (retained): frees go in its order */
+    mxd_spinlock lock; /* guards users */
+    /* Other queues it was handed to (retained), a list (memory.c). */
+    struct mxd_memory_user *users;
+    mxd_host_fn release; /* foreign memory: gives it back */
+    void *backend_data;  /* e.g. the pinned-pool block */
+};
+
 struct mxd_backend {
     const char *api; /* "cpu", "cuda", "hip" */
 
@@ -81,6 +101,10 @@ struct mxd_backend {
     bool (*queue_retire)(mxd_queue *q);
     /* Optional (NULL: never).  See mxd_queue_enqueue_may_block. */
     bool (*enqueue_may_block)(const mxd_queue *q);
+    /* True when the calling thread runs a host function of q. */
+    bool (*runs_host_fn_of)(const mxd_queue *q);
+    /* Optional (GPUs): see mxd_queue_order_native. */
+    mxd_status (*order_native)(mxd_queue *q, uintptr_t native, mxd_error *err);
     uintptr_t (*queue_native)(const mxd_queue *q);
     bool (*queue_is_idle)(const mxd_queue *q);
     mxd_status (*queue_synchronize)(mxd_queue *q, const mxd_wait *wait,
@@ -111,6 +135,25 @@ struct mxd_backend {
     /* Flags: allocate and free the slot (pinned, mapped memory on GPUs). */
     mxd_status (*flag_slot_alloc)(mxd_flag *flag, mxd_error *err);
     void (*flag_slot_free)(mxd_flag *flag);
+
+    /* Memory: alloc returns an object whose generic part is zeroed (the
+     * generic layer fills it in), with host, device_ptr and
+     * backend_data set; `bytes` is at least 1. */
+    mxd_status (*memory_alloc)(mxd_queue *q, int64_t bytes, bool pinned,
+                               mxd_memory **out, mxd_error *err);
+    /* At the last release: frees (or releases foreign) memory once its
+     * owner queue and every user queue have passed the work using it, and
+     * frees the object.  Must not block or call the driver on the calling
+     * thread when that could be a driver callback thread. */
+    void (*memory_free)(mxd_memory *m);
+    /* Copies and fills (memory.h).  The backend of whichever side is an
+     * accelerator copies; CPU-only copies are the CPU backend's. */
+    mxd_status (*copy)(const mxd_view *dst, const mxd_view *src,
+                       const mxd_copy_plan *plan, const mxd_wait *wait,
+                       mxd_error *err);
+    mxd_status (*fill)(const mxd_view *dst, const mxd_copy_plan *plan,
+                       const void *element, const mxd_wait *wait,
+                       mxd_error *err);
 };
 
 extern const mxd_backend mxd_cpu_backend;
@@ -180,6 +223,18 @@ void mxd_devices_fork_child(void);
 void mxd_selection_fork_prepare(void);
 void mxd_selection_fork_parent(void);
 void mxd_selection_fork_child(void);
+
+/* ---- Memory (memory.c) ------------------------------------------------ */
+
+/* Up to `max` of the queues besides its owner that m was handed to
+ * (borrowed: m keeps them until mxd_memory_drop_queues). */
+size_t mxd_memory_users(mxd_memory *m, mxd_queue **out, size_t max);
+/* Releases the owner and user queues: the last step before a backend
+ * frees the object. */
+void mxd_memory_drop_queues(mxd_memory *m);
+/* For foreign memory once nothing uses it: drops the queues, frees the
+ * object and runs its release function (inside the host runner). */
+void mxd_memory_release_foreign(mxd_memory *m);
 
 /* Unlinks a retired queue from its device and destroys it (queue.c). */
 void mxd_queue_finish_retire(mxd_queue *q);

@@ -69,8 +69,8 @@ mxd_status mxd_memory_wrap(mxd_queue *q, const mxd_foreign *foreign,
         return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
     init_generic(m, q, MXD_MEMORY_FOREIGN, foreign->size);
     m->host = foreign->host;
-    m->device_ptr = foreign->device_ptr ? foreign->device_ptr
-                                        : (uintptr_t)foreign->host;
+    m->device_ptr =
+        foreign->device_ptr ? foreign->device_ptr : (uintptr_t)foreign->host;
     m->pinned = foreign->pinned;
     m->readonly = foreign->readonly;
     m->release = foreign->release;
@@ -205,6 +205,21 @@ void mxd_byte_strides(const mxd_layout *v, int64_t *out)
 {
     for (int i = 0; i < v->rank; i++)
         out[i] = v->strides[i] * v->element_size;
+}
+
+mxd_status mxd_packed_plan(const mxd_layout *v, bool gather,
+                           mxd_copy_plan *plan, mxd_error *err)
+{
+    int64_t strides[MXD_MAX_RANK], packed[MXD_MAX_RANK];
+    mxd_byte_strides(v, strides);
+    mxd_contiguous_strides(v->rank, v->shape, packed);
+    for (int i = 0; i < v->rank; i++)
+        packed[i] *= v->element_size;
+    if (gather)
+        return mxd_copy_plan_init(plan, v->rank, v->shape, v->element_size,
+                                  v->offset, strides, 0, packed, err);
+    return mxd_copy_plan_init(plan, v->rank, v->shape, v->element_size, 0,
+                              packed, v->offset, strides, err);
 }
 
 /* A contiguous view as one dimension of `count` elements, for copies

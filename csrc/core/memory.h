@@ -93,6 +93,14 @@ typedef struct mxd_view {
     mxd_layout layout; /* its memory_size is memory's size */
 } mxd_view;
 
+/* The view's strides in bytes (out: v->rank entries). */
+void mxd_byte_strides(const mxd_layout *v, int64_t *out);
+
+/* Plans copying between the view and a row-major packed buffer of its
+ * shape at offset 0: into it (gather) or out of it (scatter). */
+mxd_status mxd_packed_plan(const mxd_layout *v, bool gather,
+                           mxd_copy_plan *plan, mxd_error *err);
+
 /* Copies src's elements into dst, ordered as SPEC §12.6 says.  The views
  * have the same element size and count (MXD_INVALID otherwise); with
  * different shapes both must be contiguous.  Waits (for a pageable

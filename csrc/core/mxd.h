@@ -144,6 +144,9 @@ typedef struct mxd_device_features {
     /* Python host functions run on our worker threads (true), or on the
      * driver's callback thread, where no other call is allowed (false). */
     bool host_fns_on_workers;
+    /* Device memory is allocated and freed in queue order by the driver
+     * (cuMemAllocAsync / hipMallocAsync). */
+    bool memory_pools;
 } mxd_device_features;
 
 mxd_status mxd_device_features_of(const mxd_device *dev,
@@ -171,6 +174,12 @@ bool mxd_queue_is_stale(const mxd_queue *q);
 bool mxd_queue_is_idle(const mxd_queue *q);
 mxd_status mxd_queue_synchronize(mxd_queue *q, const mxd_wait *wait,
                                  mxd_error *err);
+/* Before the host reads or writes memory bound to q: waits for the work
+ * enqueued on q so far, except inside a host function of q itself, which
+ * sees the memory as q's earlier work left it (later work has not
+ * started) and so does not wait. */
+mxd_status mxd_queue_wait_host_access(mxd_queue *q, const mxd_wait *wait,
+                                      mxd_error *err);
 /* Work enqueued on q afterwards waits for all work on `other` so far. */
 mxd_status mxd_queue_wait_queue(mxd_queue *q, mxd_queue *other, mxd_error *err);
 /* Work enqueued on q afterwards waits for the point `ev` is recorded at
@@ -179,6 +188,12 @@ mxd_status mxd_queue_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err);
 /* Work enqueued on q afterwards waits until flag's value equals `value`. */
 mxd_status mxd_queue_wait_value(mxd_queue *q, mxd_flag *flag, uint64_t value,
                                 mxd_error *err);
+/* Work enqueued afterwards on `native` (a CUstream / hipStream_t of q's
+ * device, not necessarily ours, or the drivers' special handles) waits for
+ * the work enqueued on q so far, without blocking the host.  RuntimeError
+ * on the CPU, which has no native streams. */
+mxd_status mxd_queue_order_native(mxd_queue *q, uintptr_t native,
+                                  mxd_error *err);
 /* Runs fn after earlier work on q; later work waits for it.  On success the
  * queue owns fn.data (run or discard frees it); on failure the caller does. */
 mxd_status mxd_queue_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_error *err);

@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 #include "compat.h"
+#include "dtype.h"
+#include "memory.h"
 #include "mxd.h"
 
 /* ---- Module state ------------------------------------------------------ */
@@ -25,10 +27,126 @@ typedef struct binding_state {
     PyTypeObject *queue_type;
     PyTypeObject *event_type;
     PyTypeObject *flag_type;
+    PyTypeObject *buffer_type;
+    PyTypeObject *pinned_buffer_type; /* DevicePinnedBuffer */
+    PyObject *dtype_type;             /* max.dtype.DType */
+    /* The DType members, in mxd_dtype_at() order. */
+    PyObject *dtypes[MXD_DTYPE_MEMBERS];
+    PyObject *usage_type;    /* Usage, an enum.Flag */
+    PyObject *usages[2];     /* Usage.DEFAULT, Usage.STAGING */
     PyObject *cpu;           /* the one CPU Device object */
     PyObject **accelerators; /* per id, created on first use */
     int accelerator_count;
 } binding_state;
+
+/* ---- Buffers (buffer.c, buffer_view.c, buffer_copy.c, dlpack.c) ------- */
+
+enum { BUFFER_USAGE_DEFAULT = 0, BUFFER_USAGE_STAGING = 1 };
+
+/* A view of memory: rank dimensions, stored inline after the fixed part
+ * (shape then strides, in elements), so a Buffer is one allocation. */
+typedef struct BufferObject {
+    PyObject_VAR_HEAD   /* ob_size: the rank */
+    mxd_memory *memory; /* one reference */
+    PyObject *stream;   /* the DeviceQueue it is bound to */
+    int dtype_index;    /* in mxd_dtype_at() order */
+    int usage;          /* BUFFER_USAGE_* */
+    int64_t offset;     /* byte offset of element (0, ..., 0) */
+    int64_t dims[];
+} BufferObject;
+
+static inline int buffer_rank(const BufferObject *b)
+{
+    return (int)Py_SIZE(b);
+}
+
+static inline int64_t *buffer_shape(BufferObject *b)
+{
+    return b->dims;
+}
+
+static inline int64_t *buffer_strides(BufferObject *b)
+{
+    return b->dims + Py_SIZE(b);
+}
+
+static inline const mxd_dtype_info *buffer_dtype(const BufferObject *b)
+{
+    return mxd_dtype_at((size_t)b->dtype_index);
+}
+
+/* The view's layout, pointing into the object. */
+mxd_layout binding_buffer_layout(BufferObject *b);
+mxd_view binding_buffer_view(BufferObject *b);
+mxd_queue *binding_buffer_queue(BufferObject *b);
+
+/* A new Buffer of `type` over `memory` (a reference the caller gives
+ * away, also on failure) bound to `stream`, with the given view. */
+PyObject *binding_buffer_new(PyTypeObject *type, mxd_memory *memory,
+                             PyObject *stream, int dtype_index, int usage,
+                             const mxd_layout *layout);
+/* A new contiguous Buffer of `shape` bound to `stream` (a DeviceQueue). */
+PyObject *binding_buffer_alloc(binding_state *st, PyTypeObject *type,
+                               PyObject *stream, int dtype_index, int usage,
+                               int rank, const int64_t *shape);
+/* The type a view of `self` gets (a pinned buffer's views are pinned). */
+PyTypeObject *binding_view_type(PyObject *self);
+
+/* The DType argument `obj` as an index into mxd_dtype_at(), or -1 with
+ * TypeError set. */
+int binding_parse_dtype(binding_state *st, const char *fname, const char *param,
+                        PyObject *obj);
+/* A shape argument: a sequence of ints; returns the rank or -1. */
+int binding_parse_shape(const char *fname, PyObject *obj, int64_t *shape);
+/* `device=` / `stream=` / None: the DeviceQueue to bind to (borrowed), or
+ * NULL with TypeError set. */
+PyObject *binding_parse_target(binding_state *st, const char *fname,
+                               const char *param, PyObject *obj);
+
+/* Waits (GIL released, interruptible) before a host access of b. */
+int binding_buffer_host_wait(BufferObject *b);
+/* Copies src's elements into dst (GIL released); -1 with an exception. */
+int binding_buffer_copy_into(BufferObject *dst, BufferObject *src);
+/* A new contiguous copy of `self` bound to `stream`. */
+PyObject *binding_buffer_copy_to(PyObject *self, PyObject *stream);
+
+/* The element count (the product of the shape). */
+int64_t binding_buffer_count(BufferObject *b);
+/* Fills every element of b with `element` in its queue's order. */
+int binding_buffer_fill(BufferObject *b, const void *element);
+/* `value` (a Python or NumPy scalar) as one element of `info`. */
+int binding_encode_scalar(const char *fname, const mxd_dtype_info *info,
+                          PyObject *value, void *element);
+
+int binding_add_buffer_types(PyObject *module, binding_state *st);
+
+/* The methods the Buffer type lists (buffer.c), from the other files. */
+PyObject *binding_buffer_subscript(PyObject *self, PyObject *key);
+int binding_buffer_ass_subscript(PyObject *self, PyObject *key,
+                                 PyObject *value);
+PyObject *binding_buffer_item(PyObject *self, PyObject *unused);
+PyObject *binding_buffer_view_as(PyObject *self, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames);
+PyObject *binding_buffer_inplace_copy_from(PyObject *self,
+                                           PyObject *const *args,
+                                           Py_ssize_t nargs, PyObject *kwnames);
+PyObject *binding_buffer_copy(PyObject *self, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames);
+PyObject *binding_buffer_contiguous(PyObject *self, PyObject *unused);
+PyObject *binding_buffer_to(PyObject *self, PyObject *target);
+PyObject *binding_buffer_dlpack(PyObject *self, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames);
+PyObject *binding_buffer_dlpack_device(PyObject *self, PyObject *unused);
+PyObject *binding_buffer_mmap(PyObject *cls, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames);
+
+/* DLPack and NumPy (dlpack.c). */
+PyObject *binding_from_numpy(PyObject *cls, PyObject *array);
+PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames);
+PyObject *binding_to_numpy(PyObject *self, PyObject *unused);
+/* numpy, imported on first use; NULL with an ImportError naming `what`. */
+PyObject *binding_import_numpy(const char *what);
 
 /* All our types are heap types created with PyType_FromModuleAndSpec, and
  * only Device (which cannot be instantiated itself) may be subclassed, so

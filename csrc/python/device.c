@@ -442,12 +442,13 @@ static PyObject *device_capabilities(PyObject *self, PyObject *unused)
             ? "unavailable"
         : f.host_fns_on_workers ? "worker threads"
                                 : "driver callback thread";
-    return Py_BuildValue("{s:i,s:O,s:s,s:s}", "driver_version",
+    return Py_BuildValue("{s:i,s:O,s:s,s:s,s:O}", "driver_version",
                          f.driver_version, "stream_memory_operations",
                          f.stream_memory_ops ? Py_True : Py_False,
                          "host_function_entry_point",
                          f.host_fn_entry_point ? f.host_fn_entry_point : "",
-                         "python_host_functions_run_on", host_fns);
+                         "python_host_functions_run_on", host_fns,
+                         "memory_pools", f.memory_pools ? Py_True : Py_False);
 }
 
 static PyObject *device_context_ptr(PyObject *self, PyObject *unused)
@@ -495,7 +496,8 @@ static PyMethodDef device_methods[] = {
                  "stream_memory_operations, host_function_entry_point ('' "
                  "when none or on the CPU) and python_host_functions_run_on "
                  "('worker threads', 'driver callback thread' or "
-                 "'unavailable').")},
+                 "'unavailable') and memory_pools (stream-ordered "
+                 "allocation).")},
     {"__reduce__", device_reduce, METH_NOARGS,
      BINDING_DOC("__reduce__", "($self, /)",
                  "Copies and pickles refer to the same cached device.")},

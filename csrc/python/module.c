@@ -165,7 +165,8 @@ static int module_exec(PyObject *module)
         binding_add_device_types(module, st) < 0 ||
         binding_add_queue_type(module, st) < 0 ||
         binding_add_event_type(module, st) < 0 ||
-        binding_add_flag_type(module, st) < 0 || register_atexit(module) < 0)
+        binding_add_flag_type(module, st) < 0 ||
+        binding_add_buffer_types(module, st) < 0 || register_atexit(module) < 0)
         return -1;
     return 0;
 }
@@ -183,6 +184,14 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->queue_type);
     Py_VISIT(st->event_type);
     Py_VISIT(st->flag_type);
+    Py_VISIT(st->buffer_type);
+    Py_VISIT(st->pinned_buffer_type);
+    Py_VISIT(st->dtype_type);
+    for (int i = 0; i < MXD_DTYPE_MEMBERS; i++)
+        Py_VISIT(st->dtypes[i]);
+    Py_VISIT(st->usage_type);
+    Py_VISIT(st->usages[0]);
+    Py_VISIT(st->usages[1]);
     Py_VISIT(st->cpu);
     for (int i = 0; st->accelerators != NULL && i < st->accelerator_count; i++)
         Py_VISIT(st->accelerators[i]);
@@ -203,6 +212,14 @@ static int module_clear(PyObject *module)
     Py_CLEAR(st->queue_type);
     Py_CLEAR(st->event_type);
     Py_CLEAR(st->flag_type);
+    Py_CLEAR(st->buffer_type);
+    Py_CLEAR(st->pinned_buffer_type);
+    Py_CLEAR(st->dtype_type);
+    for (int i = 0; i < MXD_DTYPE_MEMBERS; i++)
+        Py_CLEAR(st->dtypes[i]);
+    Py_CLEAR(st->usage_type);
+    Py_CLEAR(st->usages[0]);
+    Py_CLEAR(st->usages[1]);
     return 0;
 }
 

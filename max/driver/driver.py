@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from max._core.driver import (
     CPU,
     Accelerator,
+    Buffer,
     CompletionFlag,
     Device,
     DeviceEvent,
+    DevicePinnedBuffer,
     DeviceQueue,
+    Usage,
     accelerator_count,
     backend_selection,
 )
@@ -25,11 +28,15 @@ from max._core.driver import (
 __all__ = [
     "CPU",
     "Accelerator",
+    "Buffer",
     "CompletionFlag",
+    "DLPackArray",
     "Device",
     "DeviceEvent",
+    "DevicePinnedBuffer",
     "DeviceQueue",
     "DeviceSpec",
+    "Usage",
     "accelerator_api",
     "accelerator_architecture_name",
     "accelerator_count",
@@ -42,6 +49,16 @@ __all__ = [
 ]
 
 DeviceType = Literal["cpu", "gpu"]
+
+
+@runtime_checkable
+class DLPackArray(Protocol):
+    """Anything that exports its memory through DLPack (SPEC §13): NumPy
+    arrays, PyTorch and JAX tensors, CuPy arrays, Buffers."""
+
+    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any: ...
+
+    def __dlpack_device__(self) -> tuple[int, int]: ...
 
 
 def accelerator_api() -> str:

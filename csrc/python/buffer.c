@@ -1,0 +1,851 @@
+/* Buffer and DevicePinnedBuffer (SPEC §12): the type, construction,
+ * properties and text forms.  Indexing and views are in buffer_view.c,
+ * copies in buffer_copy.c, DLPack and NumPy in dlpack.c; the math and the
+ * data movement are the core's (layout.h, memory.h). */
+#include "binding.h"
+
+#include <string.h>
+
+/* ---- The object ---------------------------------------------------------- */
+
+mxd_layout binding_buffer_layout(BufferObject *b)
+{
+    return (mxd_layout){
+        .rank = buffer_rank(b),
+        .shape = buffer_shape(b),
+        .strides = buffer_strides(b),
+        .offset = b->offset,
+        .element_size = buffer_dtype(b)->size_in_bytes,
+        .memory_size = mxd_memory_size(b->memory),
+    };
+}
+
+mxd_queue *binding_buffer_queue(BufferObject *b)
+{
+    return ((QueueObject *)b->stream)->queue;
+}
+
+mxd_view binding_buffer_view(BufferObject *b)
+{
+    return (mxd_view){b->memory, binding_buffer_queue(b),
+                      binding_buffer_layout(b)};
+}
+
+PyObject *binding_buffer_new(PyTypeObject *type, mxd_memory *memory,
+                             PyObject *stream, int dtype_index, int usage,
+                             const mxd_layout *layout)
+{
+    BufferObject *b = (BufferObject *)type->tp_alloc(type, layout->rank);
+    if (b == NULL) {
+        mxd_memory_release(memory);
+        return NULL;
+    }
+    b->memory = memory;
+    b->stream = Py_NewRef(stream);
+    b->dtype_index = dtype_index;
+    b->usage = usage;
+    b->offset = layout->offset;
+    size_t dims = (size_t)layout->rank * sizeof(int64_t);
+    if (dims) {
+        memcpy(buffer_shape(b), layout->shape, dims);
+        memcpy(buffer_strides(b), layout->strides, dims);
+    }
+    return (PyObject *)b;
+}
+
+PyTypeObject *binding_view_type(PyObject *self)
+{
+    binding_state *st = binding_state_of(self);
+    return Py_IS_TYPE(self, st->pinned_buffer_type) ? st->pinned_buffer_type
+                                                    : st->buffer_type;
+}
+
+static void buffer_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    BufferObject *b = (BufferObject *)self;
+    /* Never blocks: what the memory's queues still have to do with it is
+     * waited for by the core, off this thread where needed. */
+    if (b->memory)
+        mxd_memory_release(b->memory);
+    Py_XDECREF(b->stream);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+/* ---- Arguments ----------------------------------------------------------- */
+
+int binding_parse_dtype(binding_state *st, const char *fname, const char *param,
+                        PyObject *obj)
+{
+    for (int i = 0; i < MXD_DTYPE_MEMBERS; i++)
+        if (obj == st->dtypes[i])
+            return i;
+    PyErr_Format(PyExc_TypeError,
+                 "%s(): argument '%s' must be a max.dtype.DType, not %.100s",
+                 fname, param, Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+static int shape_entry(const char *fname, PyObject *item, int64_t *out)
+{
+    if (!PyIndex_Check(item)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s(): the shape must be a sequence of ints, not one "
+                     "holding %.100s",
+                     fname, Py_TYPE(item)->tp_name);
+        return -1;
+    }
+    PyObject *index = PyNumber_Index(item);
+    if (index == NULL)
+        return -1;
+    int overflow;
+    long long value = PyLong_AsLongLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (overflow || (value == -1 && PyErr_Occurred())) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_OverflowError,
+                         "%s(): a dimension does not fit in 64 bits", fname);
+        return -1;
+    }
+    if (value < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s(): negative dimensions are not allowed (got %lld)",
+                     fname, value);
+        return -1;
+    }
+    *out = value;
+    return 0;
+}
+
+int binding_parse_shape(const char *fname, PyObject *obj, int64_t *shape)
+{
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || !PySequence_Check(obj)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s(): the shape must be a sequence of ints, not %.100s",
+                     fname, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(obj, "the shape must be a sequence");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t rank = PySequence_Fast_GET_SIZE(seq);
+    if (rank > MXD_MAX_RANK) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s(): %zd dimensions are more than the %d supported",
+                     fname, rank, MXD_MAX_RANK);
+        Py_DECREF(seq);
+        return -1;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < rank; i++) {
+        if (shape_entry(fname, items[i], &shape[i]) < 0) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
+    Py_DECREF(seq);
+    return (int)rank;
+}
+
+PyObject *binding_parse_target(binding_state *st, const char *fname,
+                               const char *param, PyObject *obj)
+{
+    if (obj == NULL || obj == Py_None)
+        return binding_device_default_queue((DeviceObject *)st->cpu);
+    if (Py_IS_TYPE(obj, st->queue_type))
+        return obj;
+    if (PyObject_TypeCheck(obj, st->device_type))
+        return binding_device_default_queue((DeviceObject *)obj);
+    PyErr_Format(PyExc_TypeError,
+                 "%s(): argument '%s' must be a Device, a DeviceQueue or "
+                 "None, not %.100s",
+                 fname, param, Py_TYPE(obj)->tp_name);
+    return NULL;
+}
+
+static int parse_usage(binding_state *st, const char *fname, PyObject *obj)
+{
+    if (obj == NULL || obj == st->usages[BUFFER_USAGE_DEFAULT])
+        return BUFFER_USAGE_DEFAULT;
+    if (obj == st->usages[BUFFER_USAGE_STAGING])
+        return BUFFER_USAGE_STAGING;
+    PyErr_Format(PyExc_TypeError,
+                 "%s(): argument 'usage' must be a max.driver.Usage "
+                 "(DEFAULT or STAGING), not %R",
+                 fname, obj);
+    return -1;
+}
+
+static mxd_device *target_device(PyObject *stream)
+{
+    return mxd_queue_device(((QueueObject *)stream)->queue);
+}
+
+/* ---- Allocation ---------------------------------------------------------- */
+
+static bool wants_pinned(binding_state *st, PyTypeObject *type, int usage,
+                         PyObject *stream)
+{
+    return !mxd_device_is_host(target_device(stream)) &&
+           (type == st->pinned_buffer_type || usage == BUFFER_USAGE_STAGING);
+}
+
+PyObject *binding_buffer_alloc(binding_state *st, PyTypeObject *type,
+                               PyObject *stream, int dtype_index, int usage,
+                               int rank, const int64_t *shape)
+{
+    const mxd_dtype_info *info = mxd_dtype_at((size_t)dtype_index);
+    int64_t bytes, strides[MXD_MAX_RANK];
+    mxd_error err;
+    if (mxd_shape_size(rank, shape, info->size_in_bytes, NULL, &bytes, &err) !=
+        MXD_OK)
+        return binding_raise(&err);
+    mxd_contiguous_strides(rank, shape, strides);
+    mxd_queue *queue = ((QueueObject *)stream)->queue;
+    bool pinned = wants_pinned(st, type, usage, stream);
+    mxd_memory *memory;
+    mxd_status status;
+    /* On a GPU this enqueues (cuMemAllocAsync), which may block. */
+    BINDING_ENQUEUE(
+        queue, status = mxd_memory_alloc(queue, bytes, pinned, &memory, &err));
+    if (status != MXD_OK)
+        return binding_raise(&err);
+    mxd_layout layout = {
+        rank, (int64_t *)shape, strides, 0, (int64_t)info->size_in_bytes,
+        bytes};
+    return binding_buffer_new(type, memory, stream, dtype_index, usage,
+                              &layout);
+}
+
+/* ---- Construction ---------------------------------------------------------
+ *
+ * Buffer(dtype, shape, device=None, usage=Usage.DEFAULT) and
+ * Buffer(dtype, shape, stream, usage=Usage.DEFAULT): the third argument is a
+ * Device, a DeviceQueue or None by position, `device=` or `stream=` by
+ * keyword. */
+
+static const char *const new_names[] = {"dtype", "shape", "device", "usage",
+                                        "stream"};
+
+typedef struct new_args {
+    int dtype_index;
+    int rank;
+    int64_t shape[MXD_MAX_RANK];
+    PyObject *stream; /* borrowed */
+    int usage;
+} new_args;
+
+/* argv: dtype, shape, device, usage, stream (NULL when not given). */
+static int parse_new(binding_state *st, const char *fname, PyObject **argv,
+                     new_args *out)
+{
+    if (argv[2] != NULL && argv[4] != NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s(): give either 'device' or 'stream', not both", fname);
+        return -1;
+    }
+    if (argv[4] != NULL && !Py_IS_TYPE(argv[4], st->queue_type)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s(): argument 'stream' must be a DeviceQueue, not "
+                     "%.100s",
+                     fname, Py_TYPE(argv[4])->tp_name);
+        return -1;
+    }
+    if ((out->dtype_index = binding_parse_dtype(st, fname, "dtype", argv[0])) <
+            0 ||
+        (out->rank = binding_parse_shape(fname, argv[1], out->shape)) < 0 ||
+        (out->usage = parse_usage(st, fname, argv[3])) < 0)
+        return -1;
+    PyObject *target = argv[4] != NULL ? argv[4] : argv[2];
+    out->stream =
+        binding_parse_target(st, fname, argv[4] ? "stream" : "device", target);
+    return out->stream == NULL ? -1 : 0;
+}
+
+static int check_pinned_device(binding_state *st, PyTypeObject *type,
+                               PyObject *stream)
+{
+    if (type != st->pinned_buffer_type ||
+        !mxd_device_is_host(target_device(stream)))
+        return 0;
+    PyErr_SetString(PyExc_ValueError,
+                    "DevicePinnedBuffer requires a non-host device: pinned "
+                    "memory is host memory mapped into an accelerator (pass "
+                    "Accelerator(...) or one of its queues)");
+    return -1;
+}
+
+static PyObject *construct(PyTypeObject *type, PyObject **argv)
+{
+    binding_state *st = PyType_GetModuleState(type);
+    const char *fname =
+        type == st->pinned_buffer_type ? "DevicePinnedBuffer" : "Buffer";
+    new_args a;
+    if (parse_new(st, fname, argv, &a) < 0 ||
+        check_pinned_device(st, type, a.stream) < 0)
+        return NULL;
+    if (type == st->pinned_buffer_type)
+        a.usage = BUFFER_USAGE_STAGING;
+    return binding_buffer_alloc(st, type, a.stream, a.dtype_index, a.usage,
+                                a.rank, a.shape);
+}
+
+static PyObject *buffer_vectorcall(PyObject *type, PyObject *const *args,
+                                   size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    const binding_params params = {"Buffer", new_names, 5, 2};
+    PyObject *argv[5];
+    if (nargs > 4) {
+        PyErr_Format(PyExc_TypeError,
+                     "Buffer() takes at most 4 positional arguments (%zd "
+                     "given)",
+                     nargs);
+        return NULL;
+    }
+    if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0)
+        return NULL;
+    return construct((PyTypeObject *)type, argv);
+}
+
+static PyObject *buffer_tp_new(PyTypeObject *type, PyObject *args,
+                               PyObject *kwargs)
+{
+    const binding_params params = {"Buffer", new_names, 5, 2};
+    PyObject *argv[5];
+    if (PyTuple_GET_SIZE(args) > 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "Buffer() takes at most 4 positional arguments");
+        return NULL;
+    }
+    if (binding_parse_tuple(&params, args, kwargs, argv) < 0)
+        return NULL;
+    return construct(type, argv);
+}
+
+/* ---- Factories ------------------------------------------------------------
+ */
+
+static const char *const zeros_names[] = {"shape", "dtype", "device", "usage",
+                                          "stream"};
+
+/* A contiguous buffer's bytes, written on the host: fresh memory nothing
+ * else can see yet (pinned memory is zero on return, SPEC §12.3). */
+static void zero_on_host(BufferObject *b)
+{
+    memset(mxd_memory_host(b->memory), 0, (size_t)mxd_memory_size(b->memory));
+}
+
+int binding_buffer_fill(BufferObject *b, const void *element)
+{
+    mxd_view view = binding_buffer_view(b);
+    binding_wait w;
+    binding_wait_init(&w, -1);
+    mxd_error err;
+    binding_wait_release_gil(&w);
+    mxd_status status = mxd_fill(&view, element, &w.wait, &err);
+    binding_wait_acquire_gil(&w);
+    if (status != MXD_OK) {
+        binding_raise(&err);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *buffer_zeros(PyObject *cls, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyTypeObject *type = (PyTypeObject *)cls;
+    binding_state *st = PyType_GetModuleState(type);
+    const char *fname = "zeros";
+    const binding_params params = {fname, zeros_names, 5, 2};
+    PyObject *argv[5], *reordered[5];
+    if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0)
+        return NULL;
+    /* The same checks as the constructor, whose order is dtype, shape. */
+    reordered[0] = argv[1];
+    reordered[1] = argv[0];
+    memcpy(reordered + 2, argv + 2, 3 * sizeof *argv);
+    new_args a;
+    if (parse_new(st, fname, reordered, &a) < 0 ||
+        check_pinned_device(st, type, a.stream) < 0)
+        return NULL;
+    if (type == st->pinned_buffer_type)
+        a.usage = BUFFER_USAGE_STAGING;
+    PyObject *b = binding_buffer_alloc(st, type, a.stream, a.dtype_index,
+                                       a.usage, a.rank, a.shape);
+    if (b == NULL)
+        return NULL;
+    BufferObject *buf = (BufferObject *)b;
+    unsigned char zero[MXD_DTYPE_MAX_BYTES] = {0};
+    if (mxd_memory_is_pinned(buf->memory))
+        zero_on_host(buf);
+    else if (binding_buffer_fill(buf, zero) < 0)
+        Py_CLEAR(b);
+    return b;
+}
+
+static const char *const scalar_names[] = {"value", "dtype", "device"};
+
+static PyObject *buffer_scalar(PyObject *cls, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    binding_state *st = PyType_GetModuleState((PyTypeObject *)cls);
+    const binding_params params = {"scalar", scalar_names, 3, 2};
+    PyObject *argv[3];
+    if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0)
+        return NULL;
+    int dtype_index = binding_parse_dtype(st, "scalar", "dtype", argv[1]);
+    if (dtype_index < 0)
+        return NULL;
+    unsigned char element[MXD_DTYPE_MAX_BYTES];
+    if (binding_encode_scalar("scalar", mxd_dtype_at((size_t)dtype_index),
+                              argv[0], element) < 0)
+        return NULL;
+    PyObject *stream = binding_parse_target(st, "scalar", "device", argv[2]);
+    if (stream == NULL)
+        return NULL;
+    PyObject *b = binding_buffer_alloc(st, st->buffer_type, stream, dtype_index,
+                                       BUFFER_USAGE_DEFAULT, 0, NULL);
+    if (b != NULL && binding_buffer_fill((BufferObject *)b, element) < 0)
+        Py_CLEAR(b);
+    return b;
+}
+
+/* ---- Properties ------------------------------------------------------------
+ */
+
+static PyObject *int64_tuple(const int64_t *values, int count)
+{
+    PyObject *tuple = PyTuple_New(count);
+    for (int i = 0; tuple != NULL && i < count; i++) {
+        PyObject *item = PyLong_FromLongLong(values[i]);
+        if (item == NULL) {
+            Py_CLEAR(tuple);
+            break;
+        }
+        PyTuple_SET_ITEM(tuple, i, item);
+    }
+    return tuple;
+}
+
+static BufferObject *as_buffer(PyObject *self)
+{
+    return (BufferObject *)self;
+}
+
+static PyObject *buffer_get_device(PyObject *self, void *closure)
+{
+    (void)closure;
+    return binding_device_object(binding_state_of(self),
+                                 mxd_memory_device(as_buffer(self)->memory));
+}
+
+static PyObject *buffer_get_stream(PyObject *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(as_buffer(self)->stream);
+}
+
+static PyObject *buffer_get_dtype(PyObject *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(
+        binding_state_of(self)->dtypes[as_buffer(self)->dtype_index]);
+}
+
+static PyObject *buffer_get_shape(PyObject *self, void *closure)
+{
+    (void)closure;
+    BufferObject *b = as_buffer(self);
+    return int64_tuple(buffer_shape(b), buffer_rank(b));
+}
+
+static PyObject *buffer_get_strides(PyObject *self, void *closure)
+{
+    (void)closure;
+    BufferObject *b = as_buffer(self);
+    return int64_tuple(buffer_strides(b), buffer_rank(b));
+}
+
+static PyObject *buffer_get_rank(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(buffer_rank(as_buffer(self)));
+}
+
+int64_t binding_buffer_count(BufferObject *b)
+{
+    int64_t count = 1;
+    for (int i = 0; i < buffer_rank(b); i++)
+        count *= buffer_shape(b)[i]; /* checked when the view was made */
+    return count;
+}
+
+static PyObject *buffer_get_num_elements(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(binding_buffer_count(as_buffer(self)));
+}
+
+static PyObject *buffer_get_element_size(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromUnsignedLong(
+        buffer_dtype(as_buffer(self))->size_in_bytes);
+}
+
+static PyObject *buffer_get_is_contiguous(PyObject *self, void *closure)
+{
+    (void)closure;
+    mxd_layout layout = binding_buffer_layout(as_buffer(self));
+    return PyBool_FromLong(mxd_layout_is_contiguous(&layout));
+}
+
+static PyObject *buffer_get_is_host(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(
+        mxd_device_is_host(mxd_memory_device(as_buffer(self)->memory)));
+}
+
+static PyObject *buffer_get_pinned(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(mxd_memory_is_pinned(as_buffer(self)->memory));
+}
+
+static PyObject *buffer_get_usage(PyObject *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(binding_state_of(self)->usages[as_buffer(self)->usage]);
+}
+
+static PyGetSetDef buffer_getset[] = {
+    {"device", buffer_get_device, NULL, "The owning Device (cached object).",
+     NULL},
+    {"stream", buffer_get_stream, NULL,
+     "The DeviceQueue the buffer is bound to.", NULL},
+    {"dtype", buffer_get_dtype, NULL, "The element type, a DType.", NULL},
+    {"shape", buffer_get_shape, NULL, "The shape, a tuple of ints.", NULL},
+    {"strides", buffer_get_strides, NULL,
+     "The strides, a tuple of ints in elements.", NULL},
+    {"rank", buffer_get_rank, NULL, "len(shape).", NULL},
+    {"num_elements", buffer_get_num_elements, NULL,
+     "The product of shape (1 for rank 0).", NULL},
+    {"element_size", buffer_get_element_size, NULL, "Bytes per element.", NULL},
+    {"is_contiguous", buffer_get_is_contiguous, NULL,
+     "True for a row-major contiguous view with positive strides.", NULL},
+    {"is_host", buffer_get_is_host, NULL, "True only for CPU buffers.", NULL},
+    {"pinned", buffer_get_pinned, NULL,
+     "True for host memory pinned and mapped into an accelerator.", NULL},
+    {"usage", buffer_get_usage, NULL, "The Usage asked for.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+/* ---- Addresses -------------------------------------------------------------
+ */
+
+static uintptr_t data_ptr(BufferObject *b)
+{
+    return mxd_memory_device_ptr(b->memory) + (uintptr_t)b->offset;
+}
+
+static PyObject *buffer_data_ptr(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromSize_t((size_t)data_ptr(as_buffer(self)));
+}
+
+static const char *const aligned_names[] = {"alignment"};
+
+static PyObject *buffer_aligned(PyObject *self, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames)
+{
+    const binding_params params = {"_aligned", aligned_names, 1, 0};
+    PyObject *arg;
+    if (binding_parse_fast(&params, args, nargs, kwnames, &arg) < 0)
+        return NULL;
+    BufferObject *b = as_buffer(self);
+    long long alignment = buffer_dtype(b)->align;
+    if (arg != NULL && arg != Py_None) {
+        if (!PyLong_Check(arg)) {
+            PyErr_Format(PyExc_TypeError,
+                         "_aligned(): alignment must be an int, not %.100s",
+                         Py_TYPE(arg)->tp_name);
+            return NULL;
+        }
+        alignment = PyLong_AsLongLong(arg);
+        if (alignment == -1 && PyErr_Occurred())
+            return NULL;
+        if (alignment <= 0) {
+            PyErr_SetString(PyExc_ValueError,
+                            "_aligned(): alignment must be positive");
+            return NULL;
+        }
+    }
+    return PyBool_FromLong(data_ptr(b) % (uint64_t)alignment == 0);
+}
+
+/* ---- Text -------------------------------------------------------------------
+ */
+
+/* "Buffer" or "DevicePinnedBuffer" (the type's name without its module). */
+static const char *type_name(PyObject *self)
+{
+    const char *name = Py_TYPE(self)->tp_name;
+    const char *dot = strrchr(name, '.');
+    return dot ? dot + 1 : name;
+}
+
+static PyObject *buffer_repr(PyObject *self)
+{
+    BufferObject *b = as_buffer(self);
+    PyObject *dtype = binding_state_of(self)->dtypes[b->dtype_index];
+    PyObject *shape = buffer_get_shape(self, NULL);
+    if (shape == NULL)
+        return NULL;
+    PyObject *text = PyUnicode_FromFormat(
+        "max.driver.%s(%S, %R, %R)", type_name(self), dtype, shape, b->stream);
+    Py_DECREF(shape);
+    return text;
+}
+
+/* Buffer([...], dtype=..., shape=..., device=...) with the data as NumPy
+ * prints it (summarised with ... when large). */
+static PyObject *buffer_str(PyObject *self)
+{
+    PyObject *np = binding_import_numpy("str(Buffer)");
+    if (np == NULL)
+        return NULL;
+    PyObject *array = binding_to_numpy(self, NULL);
+    PyObject *fn = array ? PyObject_GetAttrString(np, "array2string") : NULL;
+    PyObject *args = fn ? PyTuple_Pack(1, array) : NULL;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s(", type_name(self));
+    PyObject *kwargs =
+        args ? Py_BuildValue("{s:s,s:s}", "separator", ", ", "prefix", prefix)
+             : NULL;
+    PyObject *data = kwargs ? PyObject_Call(fn, args, kwargs) : NULL;
+    Py_XDECREF(kwargs);
+    Py_XDECREF(args);
+    Py_XDECREF(fn);
+    Py_XDECREF(array);
+    Py_DECREF(np);
+    if (data == NULL)
+        return NULL;
+    BufferObject *b = as_buffer(self);
+    PyObject *shape = buffer_get_shape(self, NULL);
+    PyObject *device = buffer_get_device(self, NULL);
+    PyObject *text =
+        shape && device
+            ? PyUnicode_FromFormat(
+                  "%s(%U, dtype=%S, shape=%R, device=%R)", type_name(self),
+                  data, binding_state_of(self)->dtypes[b->dtype_index], shape,
+                  device)
+            : NULL;
+    Py_XDECREF(shape);
+    Py_XDECREF(device);
+    Py_DECREF(data);
+    return text;
+}
+
+/* ---- The types
+ * ---------------------------------------------------------------- */
+
+#define FASTCALL_KW(fn) (PyCFunction)(void (*)(void))(fn)
+
+static PyMethodDef buffer_methods[] = {
+    {"zeros", FASTCALL_KW(buffer_zeros),
+     METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
+     BINDING_DOC("zeros", "($cls, /, shape, dtype, device=None, usage=...)",
+                 "A zero-filled buffer. On an accelerator the fill is "
+                 "enqueued on the buffer's queue; pinned memory is zero on "
+                 "return.")},
+    {"scalar", FASTCALL_KW(buffer_scalar),
+     METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
+     BINDING_DOC("scalar", "($cls, /, value, dtype, device=None)",
+                 "A rank-0 buffer holding `value` converted to `dtype`.")},
+    {"from_numpy", (PyCFunction)binding_from_numpy, METH_O | METH_CLASS,
+     BINDING_DOC("from_numpy", "($cls, array, /)",
+                 "A CPU buffer over a NumPy array: zero-copy for a writable "
+                 "C-contiguous array (kept alive), else a contiguous copy.")},
+    {"from_dlpack", FASTCALL_KW(binding_from_dlpack),
+     METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
+     BINDING_DOC("from_dlpack", "($cls, obj, /, *, copy=None)",
+                 "A buffer over any DLPack producer's memory (zero-copy "
+                 "where possible).")},
+    {"mmap", FASTCALL_KW(binding_buffer_mmap),
+     METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
+     BINDING_DOC("mmap",
+                 "($cls, /, filename, dtype, shape, mode='copyonwrite', "
+                 "offset=0)",
+                 "A CPU buffer over a memory-mapped file, with numpy.memmap's "
+                 "modes ('r+' writes through to the file, 'r' is copied).")},
+    {"item", binding_buffer_item, METH_NOARGS,
+     BINDING_DOC("item", "($self, /)",
+                 "The one element of a one-element buffer, as a Python bool, "
+                 "int or float.")},
+    {"view", FASTCALL_KW(binding_buffer_view_as), METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("view", "($self, /, dtype, shape=None)",
+                 "The same bytes as elements of `dtype`; without `shape` the "
+                 "last dimension is rescaled.")},
+    {"contiguous", binding_buffer_contiguous, METH_NOARGS,
+     BINDING_DOC("contiguous", "($self, /)",
+                 "A new contiguous CPU buffer holding a copy (always a "
+                 "copy).")},
+    {"copy", FASTCALL_KW(binding_buffer_copy), METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("copy", "($self, /, device=None, stream=...)",
+                 "A new contiguous buffer on `device` (None: the buffer's "
+                 "own) or bound to `stream`, holding a copy.\n\n"
+                 "Overloads:\n"
+                 "    1. copy(self, device: Device | None = None) -> Buffer\n"
+                 "    2. copy(self, stream: DeviceQueue) -> Buffer")},
+    {"to", binding_buffer_to, METH_O,
+     BINDING_DOC("to", "($self, target, /)",
+                 "The buffer on a Device or DeviceQueue (itself, a zero-copy "
+                 "rebinding or a copy, as SPEC §12.6 says), or a list of "
+                 "them for a list of targets.")},
+    {"inplace_copy_from", FASTCALL_KW(binding_buffer_inplace_copy_from),
+     METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("inplace_copy_from", "($self, /, src)",
+                 "Copies src's elements into this buffer, ordered on both "
+                 "buffers' queues. Both contiguous, same dtype and element "
+                 "count.")},
+    {"__dlpack__", FASTCALL_KW(binding_buffer_dlpack),
+     METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("__dlpack__",
+                 "($self, /, *, stream=None, max_version=None, "
+                 "dl_device=None, copy=None)",
+                 "A DLPack capsule over the buffer's elements (versioned when "
+                 "max_version >= (1, 0)), ordered after the buffer's queue as "
+                 "the array API's stream argument says.")},
+    {"__dlpack_device__", binding_buffer_dlpack_device, METH_NOARGS,
+     BINDING_DOC("__dlpack_device__", "($self, /)",
+                 "(device_type, device_id) as DLPack names the memory.")},
+    {"to_numpy", binding_to_numpy, METH_NOARGS,
+     BINDING_DOC("to_numpy", "($self, /)",
+                 "A NumPy array: a writable zero-copy alias of CPU and "
+                 "pinned memory, a copy of accelerator memory.")},
+    {"_data_ptr", buffer_data_ptr, METH_NOARGS,
+     BINDING_DOC("_data_ptr", "($self, /)",
+                 "The address of the first element: the device address for "
+                 "device memory and pinned mappings, the host address on the "
+                 "CPU.")},
+    {"_aligned", FASTCALL_KW(buffer_aligned), METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("_aligned", "($self, /, alignment=None)",
+                 "Whether _data_ptr() is a multiple of `alignment` (default "
+                 "dtype.align).")},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot buffer_slots[] = {
+    {Py_tp_doc,
+     BINDING_DOC("Buffer", "(dtype, shape, device=None, usage=...)",
+                 "An n-dimensional, typed, strided view of memory on one "
+                 "device, bound to one queue.\n\nBuffer(dtype, shape, "
+                 "device=None, usage=Usage.DEFAULT) or Buffer(dtype, shape, "
+                 "stream, usage=Usage.DEFAULT).")},
+    {Py_tp_new, buffer_tp_new},
+    {Py_tp_dealloc, buffer_dealloc},
+    {Py_tp_repr, buffer_repr},
+    {Py_tp_str, buffer_str},
+    {Py_tp_methods, buffer_methods},
+    {Py_tp_getset, buffer_getset},
+    {Py_mp_subscript, binding_buffer_subscript},
+    {Py_mp_ass_subscript, binding_buffer_ass_subscript},
+    {0, NULL},
+};
+
+/* No GC support: a Buffer refers only to a DeviceQueue and to core memory,
+ * neither of which can refer back to a Buffer, so it is never part of a
+ * reference cycle (and millions of small buffers cost no GC tracking). */
+static PyType_Spec buffer_spec = {
+    .name = "max._core.driver.Buffer",
+    .basicsize = sizeof(BufferObject),
+    .itemsize = 2 * sizeof(int64_t),
+    .flags =
+        Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = buffer_slots,
+};
+
+static PyType_Slot pinned_slots[] = {
+    {Py_tp_doc, BINDING_DOC("DevicePinnedBuffer", "(dtype, shape, device)",
+                            "A Buffer of host memory pinned and mapped into an "
+                            "accelerator (usage STAGING, pinned True).\n\n"
+                            "DevicePinnedBuffer(dtype, shape, device) or "
+                            "DevicePinnedBuffer(dtype, shape, stream).")},
+    {0, NULL},
+};
+
+static PyType_Spec pinned_spec = {
+    .name = "max._core.driver.DevicePinnedBuffer",
+    .basicsize = sizeof(BufferObject),
+    .itemsize = 2 * sizeof(int64_t),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = pinned_slots,
+};
+
+/* max.dtype's DType members, by the names of the core's table. */
+static int load_dtypes(binding_state *st)
+{
+    PyObject *module = PyImport_ImportModule("max.dtype");
+    if (module == NULL)
+        return -1;
+    st->dtype_type = PyObject_GetAttrString(module, "DType");
+    Py_DECREF(module);
+    if (st->dtype_type == NULL)
+        return -1;
+    for (size_t i = 0; i < MXD_DTYPE_MEMBERS; i++) {
+        st->dtypes[i] =
+            PyObject_GetAttrString(st->dtype_type, mxd_dtype_at(i)->name);
+        if (st->dtypes[i] == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* Usage, an enum.Flag with MAX's members. */
+static int make_usage(PyObject *module, binding_state *st)
+{
+    PyObject *enum_module = PyImport_ImportModule("enum");
+    if (enum_module == NULL)
+        return -1;
+    PyObject *flag = PyObject_GetAttrString(enum_module, "Flag");
+    Py_DECREF(enum_module);
+    PyObject *members =
+        flag ? Py_BuildValue("[(si)(si)]", "DEFAULT", 0, "STAGING", 1) : NULL;
+    PyObject *kwargs =
+        members ? Py_BuildValue("{s:s}", "module", "max._core.driver") : NULL;
+    PyObject *args = kwargs ? Py_BuildValue("(sO)", "Usage", members) : NULL;
+    st->usage_type = args ? PyObject_Call(flag, args, kwargs) : NULL;
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(members);
+    Py_XDECREF(flag);
+    if (st->usage_type == NULL)
+        return -1;
+    static const char *const names[2] = {"DEFAULT", "STAGING"};
+    for (int i = 0; i < 2; i++)
+        if (!(st->usages[i] = PyObject_GetAttrString(st->usage_type, names[i])))
+            return -1;
+    return PyModule_AddObjectRef(module, "Usage", st->usage_type);
+}
+
+int binding_add_buffer_types(PyObject *module, binding_state *st)
+{
+    if (load_dtypes(st) < 0 || make_usage(module, st) < 0)
+        return -1;
+    st->buffer_type = binding_add_type(module, &buffer_spec, NULL);
+    if (st->buffer_type == NULL)
+        return -1;
+    st->pinned_buffer_type =
+        binding_add_type(module, &pinned_spec, (PyObject *)st->buffer_type);
+    if (st->pinned_buffer_type == NULL)
+        return -1;
+    /* Set after creation: PyType_Spec has no vectorcall slot before 3.14. */
+    st->buffer_type->tp_vectorcall = buffer_vectorcall;
+    st->pinned_buffer_type->tp_vectorcall = buffer_vectorcall;
+    return 0;
+}

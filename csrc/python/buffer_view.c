@@ -1,0 +1,394 @@
+/* Buffer indexing, element access and views (SPEC §12.5): buf[idx],
+ * buf[idx] = value, item(), view(dtype, shape).  The view math is the
+ * core's (layout.h); this file only reads Python arguments. */
+#include "binding.h"
+
+#include <string.h>
+
+static BufferObject *as_buffer(PyObject *self)
+{
+    return (BufferObject *)self;
+}
+
+/* ---- Index entries ----------------------------------------------------- */
+
+static int index_error(const char *what, PyObject *key)
+{
+    PyErr_Format(PyExc_TypeError,
+                 "%s: only integers and slices (`:`) are valid indices, not "
+                 "%.100s",
+                 what, Py_TYPE(key)->tp_name);
+    return -1;
+}
+
+/* An int index that does not fit in 64 bits is out of range whatever the
+ * dimension: clamp it so that the core reports it in NumPy's words. */
+static int parse_int_entry(PyObject *obj, int64_t *out)
+{
+    PyObject *index = PyNumber_Index(obj);
+    if (index == NULL)
+        return -1;
+    int overflow;
+    long long value = PyLong_AsLongLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (value == -1 && PyErr_Occurred())
+        return -1;
+    *out = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : value;
+    return 0;
+}
+
+static int parse_entry(const char *what, PyObject *obj, mxd_index *out)
+{
+    memset(out, 0, sizeof *out);
+    if (PySlice_Check(obj)) {
+        PySliceObject *s = (PySliceObject *)obj;
+        Py_ssize_t start, stop, step;
+        /* Clamps huge bounds to +-PY_SSIZE_T_MAX; step 0 is ValueError. */
+        if (PySlice_Unpack(obj, &start, &stop, &step) < 0)
+            return -1;
+        out->is_slice = true;
+        out->has_start = s->start != Py_None;
+        out->has_stop = s->stop != Py_None;
+        out->has_step = s->step != Py_None;
+        out->start = start;
+        out->stop = stop;
+        out->step = step;
+        return 0;
+    }
+    if (PyBool_Check(obj) || !PyIndex_Check(obj))
+        return index_error(what, obj);
+    return parse_int_entry(obj, &out->value);
+}
+
+/* key: an int, a slice or a tuple of them; returns the entry count. */
+static int parse_key(const char *what, PyObject *key, mxd_index *entries)
+{
+    if (!PyTuple_Check(key))
+        return parse_entry(what, key, &entries[0]) < 0 ? -1 : 1;
+    Py_ssize_t count = PyTuple_GET_SIZE(key);
+    if (count > MXD_MAX_RANK) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %zd indices are more than any buffer has "
+                     "dimensions",
+                     what, count);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (parse_entry(what, PyTuple_GET_ITEM(key, i), &entries[i]) < 0)
+            return -1;
+    return (int)count;
+}
+
+PyObject *binding_buffer_subscript(PyObject *self, PyObject *key)
+{
+    BufferObject *b = as_buffer(self);
+    mxd_index entries[MXD_MAX_RANK];
+    int count = parse_key("Buffer indexing", key, entries);
+    if (count < 0)
+        return NULL;
+    int64_t shape[MXD_MAX_RANK], strides[MXD_MAX_RANK];
+    mxd_layout in = binding_buffer_layout(b);
+    mxd_layout out = {0, shape, strides, 0, 0, 0};
+    mxd_error err;
+    if (mxd_layout_index(&in, entries, count, &out, &err) != MXD_OK)
+        return binding_raise(&err);
+    mxd_memory_retain(b->memory);
+    return binding_buffer_new(binding_view_type(self), b->memory, b->stream,
+                              b->dtype_index, b->usage, &out);
+}
+
+/* ---- Scalars ----------------------------------------------------------- */
+
+/* A Python or NumPy scalar (or bool) as a core scalar. */
+static int parse_scalar(const char *fname, PyObject *value, mxd_scalar *out)
+{
+    if (PyBool_Check(value)) {
+        *out = mxd_scalar_bool(value == Py_True);
+        return 0;
+    }
+    if (PyFloat_Check(value)) {
+        *out = mxd_scalar_float(PyFloat_AS_DOUBLE(value));
+        return 0;
+    }
+    if (PyIndex_Check(value)) { /* int, NumPy integers */
+        PyObject *index = PyNumber_Index(value);
+        if (index == NULL)
+            return -1;
+        int overflow;
+        long long i = PyLong_AsLongLongAndOverflow(index, &overflow);
+        if (overflow > 0) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(index);
+            Py_DECREF(index);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Format(PyExc_OverflowError,
+                             "%s(): Python integer %R out of bounds for "
+                             "every integer dtype",
+                             fname, value);
+                return -1;
+            }
+            *out = mxd_scalar_uint(u);
+            return 0;
+        }
+        Py_DECREF(index);
+        if (overflow < 0) {
+            PyErr_Format(PyExc_OverflowError,
+                         "%s(): Python integer %R out of bounds for every "
+                         "integer dtype",
+                         fname, value);
+            return -1;
+        }
+        if (i == -1 && PyErr_Occurred())
+            return -1;
+        *out = mxd_scalar_int(i);
+        return 0;
+    }
+    if (PyUnicode_Check(value) || PyBytes_Check(value) ||
+        PyComplex_Check(value))
+        goto not_a_scalar;
+    /* NumPy's bool_ and non-Python floats (float32, float16, bfloat16). */
+    PyObject *dtype = PyObject_GetAttrString(value, "dtype");
+    if (dtype == NULL) {
+        PyErr_Clear();
+    } else {
+        PyObject *kind = PyObject_GetAttrString(dtype, "kind");
+        Py_DECREF(dtype);
+        int is_bool = kind && PyUnicode_Check(kind) &&
+                      PyUnicode_CompareWithASCIIString(kind, "b") == 0;
+        Py_XDECREF(kind);
+        PyErr_Clear();
+        if (is_bool) {
+            int truth = PyObject_IsTrue(value);
+            if (truth < 0)
+                return -1;
+            *out = mxd_scalar_bool(truth);
+            return 0;
+        }
+    }
+    double f = PyFloat_AsDouble(value);
+    if (f == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto not_a_scalar;
+    }
+    *out = mxd_scalar_float(f);
+    return 0;
+not_a_scalar:
+    PyErr_Format(PyExc_TypeError,
+                 "%s(): the value must be a Python or NumPy scalar (bool, "
+                 "int or float), not %.100s",
+                 fname, Py_TYPE(value)->tp_name);
+    return -1;
+}
+
+int binding_encode_scalar(const char *fname, const mxd_dtype_info *info,
+                          PyObject *value, void *element)
+{
+    mxd_scalar scalar;
+    if (parse_scalar(fname, value, &scalar) < 0)
+        return -1;
+    mxd_error err;
+    if (mxd_dtype_encode(info->code, scalar, element, &err) == MXD_OK)
+        return 0;
+    /* As NumPy 2: an integer that does not fit is an OverflowError. */
+    bool integer =
+        scalar.kind == MXD_SCALAR_INT || scalar.kind == MXD_SCALAR_UINT;
+    PyErr_Format(integer ? PyExc_OverflowError : PyExc_ValueError, "%s(): %s",
+                 fname, err.message);
+    return -1;
+}
+
+static PyObject *decode_scalar(const mxd_dtype_info *info, const void *element)
+{
+    mxd_scalar s;
+    mxd_error err;
+    if (mxd_dtype_decode(info->code, element, &s, &err) != MXD_OK)
+        return binding_raise(&err);
+    switch (s.kind) {
+    case MXD_SCALAR_BOOL: return PyBool_FromLong(s.v.b);
+    case MXD_SCALAR_INT: return PyLong_FromLongLong(s.v.i);
+    case MXD_SCALAR_UINT: return PyLong_FromUnsignedLongLong(s.v.u);
+    case MXD_SCALAR_FLOAT: break;
+    }
+    return PyFloat_FromDouble(s.v.f);
+}
+
+/* ---- Element access --------------------------------------------------------
+ */
+
+/* A one-element view of b at byte `offset`. */
+static mxd_view element_view(BufferObject *b, int64_t offset)
+{
+    mxd_view v = binding_buffer_view(b);
+    v.layout.rank = 0;
+    v.layout.offset = offset;
+    return v;
+}
+
+/* Device memory has no host address: one element goes through a small
+ * CPU buffer.  `to_host` reads the element, else writes it. */
+static int device_element(BufferObject *b, int64_t offset, void *element,
+                          bool to_host)
+{
+    binding_state *st = binding_state_of((PyObject *)b);
+    PyObject *cpu_q = binding_device_default_queue((DeviceObject *)st->cpu);
+    if (cpu_q == NULL)
+        return -1;
+    mxd_memory *host;
+    mxd_error err;
+    int64_t size = buffer_dtype(b)->size_in_bytes;
+    if (mxd_memory_alloc(((QueueObject *)cpu_q)->queue, size, false, &host,
+                         &err) != MXD_OK) {
+        binding_raise(&err);
+        return -1;
+    }
+    mxd_view device = element_view(b, offset);
+    mxd_view local = {
+        host, ((QueueObject *)cpu_q)->queue, {0, NULL, NULL, 0, size, size}};
+    if (!to_host)
+        memcpy(mxd_memory_host(host), element, (size_t)size);
+    binding_wait w;
+    binding_wait_init(&w, -1);
+    binding_wait_release_gil(&w);
+    mxd_status status = to_host ? mxd_copy(&local, &device, &w.wait, &err)
+                                : mxd_copy(&device, &local, &w.wait, &err);
+    /* A write is complete when the call returns (SPEC §12.5). */
+    if (status == MXD_OK && !to_host)
+        status = mxd_queue_synchronize(binding_buffer_queue(b), &w.wait, &err);
+    binding_wait_acquire_gil(&w);
+    if (status == MXD_OK && to_host)
+        memcpy(element, mxd_memory_host(host), (size_t)size);
+    mxd_memory_release(host);
+    if (status != MXD_OK) {
+        binding_raise(&err);
+        return -1;
+    }
+    return 0;
+}
+
+int binding_buffer_host_wait(BufferObject *b)
+{
+    mxd_queue *q = binding_buffer_queue(b);
+    if (mxd_queue_is_idle(q))
+        return 0;
+    binding_wait w;
+    binding_wait_init(&w, -1);
+    mxd_error err;
+    binding_wait_release_gil(&w);
+    mxd_status status = mxd_queue_wait_host_access(q, &w.wait, &err);
+    binding_wait_acquire_gil(&w);
+    if (status != MXD_OK) {
+        binding_raise(&err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads (to_host) or writes the element at byte `offset`, after waiting
+ * for the buffer's queue. */
+static int access_element(BufferObject *b, int64_t offset, void *element,
+                          bool to_host)
+{
+    if (binding_buffer_host_wait(b) < 0)
+        return -1;
+    char *host = mxd_memory_host(b->memory);
+    if (host == NULL)
+        return device_element(b, offset, element, to_host);
+    size_t size = buffer_dtype(b)->size_in_bytes;
+    if (to_host)
+        memcpy(element, host + offset, size);
+    else
+        memcpy(host + offset, element, size);
+    return 0;
+}
+
+int binding_buffer_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
+{
+    BufferObject *b = as_buffer(self);
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Buffer elements cannot be deleted");
+        return -1;
+    }
+    mxd_index entries[MXD_MAX_RANK];
+    int count = parse_key("Buffer assignment", key, entries);
+    if (count < 0)
+        return -1;
+    int64_t indices[MXD_MAX_RANK];
+    for (int i = 0; i < count; i++) {
+        if (entries[i].is_slice) {
+            PyErr_SetString(PyExc_ValueError,
+                            "Buffer assignment takes one integer index per "
+                            "dimension (slices are not supported)");
+            return -1;
+        }
+        indices[i] = entries[i].value;
+    }
+    mxd_layout layout = binding_buffer_layout(b);
+    int64_t offset;
+    mxd_error err;
+    if (mxd_layout_locate(&layout, indices, count, &offset, &err) != MXD_OK) {
+        binding_raise(&err);
+        return -1;
+    }
+    if (mxd_memory_is_readonly(b->memory)) {
+        PyErr_SetString(PyExc_ValueError, "the buffer is read-only");
+        return -1;
+    }
+    unsigned char element[MXD_DTYPE_MAX_BYTES];
+    if (binding_encode_scalar("__setitem__", buffer_dtype(b), value, element) <
+        0)
+        return -1;
+    return access_element(b, offset, element, false);
+}
+
+PyObject *binding_buffer_item(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    BufferObject *b = as_buffer(self);
+    int64_t count = binding_buffer_count(b);
+    if (count != 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "calling `item` on a tensor with %lld items but "
+                     "expected only 1",
+                     (long long)count);
+        return NULL;
+    }
+    unsigned char element[MXD_DTYPE_MAX_BYTES];
+    if (access_element(b, b->offset, element, true) < 0)
+        return NULL;
+    return decode_scalar(buffer_dtype(b), element);
+}
+
+/* ---- view(dtype, shape=None) ------------------------------------------------
+ */
+
+static const char *const view_names[] = {"dtype", "shape"};
+
+PyObject *binding_buffer_view_as(PyObject *self, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    BufferObject *b = as_buffer(self);
+    binding_state *st = binding_state_of(self);
+    const binding_params params = {"view", view_names, 2, 1};
+    PyObject *argv[2];
+    if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0)
+        return NULL;
+    int dtype_index = binding_parse_dtype(st, "view", "dtype", argv[0]);
+    if (dtype_index < 0)
+        return NULL;
+    int64_t new_shape[MXD_MAX_RANK];
+    int rank = 0;
+    bool has_shape = argv[1] != NULL && argv[1] != Py_None;
+    if (has_shape &&
+        (rank = binding_parse_shape("view", argv[1], new_shape)) < 0)
+        return NULL;
+    int64_t shape[MXD_MAX_RANK], strides[MXD_MAX_RANK];
+    mxd_layout in = binding_buffer_layout(b);
+    mxd_layout out = {0, shape, strides, 0, 0, 0};
+    mxd_error err;
+    if (mxd_layout_reinterpret(
+            &in, mxd_dtype_at((size_t)dtype_index)->size_in_bytes,
+            has_shape ? new_shape : NULL, rank, &out, &err) != MXD_OK)
+        return binding_raise(&err);
+    mxd_memory_retain(b->memory);
+    return binding_buffer_new(binding_view_type(self), b->memory, b->stream,
+                              dtype_index, b->usage, &out);
+}

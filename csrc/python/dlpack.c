@@ -1,0 +1,915 @@
+/* DLPack and NumPy (SPEC §13): Buffer.__dlpack__ / __dlpack_device__,
+ * Buffer.from_dlpack, from_numpy and to_numpy.
+ *
+ * DLPack is the only bridge to NumPy (no NumPy C API, no build dependency):
+ * an export is a capsule holding a DLManagedTensor(Versioned) that keeps a
+ * reference to the buffer's memory until the consumer calls its deleter;
+ * an import wraps the producer's tensor as foreign memory whose release
+ * calls the producer's deleter once nothing of ours uses it.  The ABI is
+ * our own declaration (csrc/core/dlpack.h). */
+#include "binding.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#include "dlpack.h"
+
+static BufferObject *as_buffer(PyObject *self)
+{
+    return (BufferObject *)self;
+}
+
+static mxd_device *target_device_of(PyObject *stream)
+{
+    return mxd_queue_device(((QueueObject *)stream)->queue);
+}
+
+PyObject *binding_import_numpy(const char *what)
+{
+    PyObject *np = PyImport_ImportModule("numpy");
+    if (np == NULL && PyErr_ExceptionMatches(PyExc_ImportError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ImportError,
+                     "%s needs NumPy, which is not installed (pip install "
+                     "numpy)",
+                     what);
+    }
+    return np;
+}
+
+/* ---- Export -------------------------------------------------------------- */
+
+static const char VERSIONED[] = "dltensor_versioned";
+static const char USED_VERSIONED[] = "used_dltensor_versioned";
+static const char LEGACY[] = "dltensor";
+static const char USED_LEGACY[] = "used_dltensor";
+
+/* One allocation per export: the managed tensor, its shape and strides,
+ * and the memory reference the deleter gives back. */
+typedef struct export_block {
+    union {
+        mxd_dl_managed legacy;
+        mxd_dl_managed_versioned versioned;
+    } tensor;
+    mxd_memory *memory;
+    int64_t dims[];
+} export_block;
+
+/* Deleters: called exactly once, by the consumer, on any thread, with or
+ * without the GIL.  They only release core memory (foreign memory is given
+ * back through the host runner, which takes the GIL safely). */
+static void delete_legacy(mxd_dl_managed *self)
+{
+    export_block *block = self->manager_ctx;
+    mxd_memory_release(block->memory);
+    PyMem_RawFree(block);
+}
+
+static void delete_versioned(mxd_dl_managed_versioned *self)
+{
+    export_block *block = self->manager_ctx;
+    mxd_memory_release(block->memory);
+    PyMem_RawFree(block);
+}
+
+/* A capsule nobody consumed frees its tensor. */
+static void capsule_destructor(PyObject *capsule)
+{
+    if (PyCapsule_IsValid(capsule, VERSIONED)) {
+        mxd_dl_managed_versioned *t = PyCapsule_GetPointer(capsule, VERSIONED);
+        if (t->deleter)
+            t->deleter(t);
+    } else if (PyCapsule_IsValid(capsule, LEGACY)) {
+        mxd_dl_managed *t = PyCapsule_GetPointer(capsule, LEGACY);
+        if (t->deleter)
+            t->deleter(t);
+    }
+}
+
+typedef struct dl_target {
+    int32_t device_type;
+    int32_t device_id;
+} dl_target;
+
+/* Where the memory is, as DLPack names it (SPEC §13). */
+static dl_target dl_device_of(BufferObject *b)
+{
+    mxd_device *dev = mxd_memory_device(b->memory);
+    bool cuda = strcmp(mxd_device_api(dev), "cuda") == 0;
+    if (mxd_device_is_host(dev))
+        return (dl_target){MXD_DL_CPU, 0};
+    if (mxd_memory_is_pinned(b->memory))
+        return (dl_target){cuda ? MXD_DL_CUDA_HOST : MXD_DL_ROCM_HOST, 0};
+    return (dl_target){cuda ? MXD_DL_CUDA : MXD_DL_ROCM, mxd_device_id(dev)};
+}
+
+/* The address DLPack consumers read: pinned memory's host address (as
+ * kDLCUDAHost / kDLROCMHost require), device memory's device address. */
+static void *dl_data(BufferObject *b)
+{
+    char *host = mxd_memory_host(b->memory);
+    if (host != NULL)
+        return host + b->offset;
+    return (void *)(mxd_memory_device_ptr(b->memory) + (uintptr_t)b->offset);
+}
+
+static void fill_tensor(mxd_dl_tensor *t, BufferObject *b,
+                        const mxd_dtype_info *as, int64_t *dims)
+{
+    int rank = buffer_rank(b);
+    dl_target where = dl_device_of(b);
+    t->data = dl_data(b);
+    t->device = (mxd_dl_device){where.device_type, where.device_id};
+    t->ndim = rank;
+    t->dtype = (mxd_dl_dtype){as->dlpack_code, (uint8_t)as->dlpack_bits, 1};
+    t->shape = dims;
+    t->strides = dims + rank;
+    t->byte_offset = 0;
+    memcpy(dims, buffer_shape(b), (size_t)rank * sizeof *dims);
+    memcpy(dims + rank, buffer_strides(b), (size_t)rank * sizeof *dims);
+}
+
+/* A capsule over b's elements, described as dtype `as` (the buffer's own,
+ * or one of the same size for NumPy); `versioned` chooses DLPack 1.x. */
+static PyObject *export_capsule(BufferObject *b, const mxd_dtype_info *as,
+                                bool versioned, uint64_t flags)
+{
+    int rank = buffer_rank(b);
+    export_block *block =
+        PyMem_RawMalloc(sizeof *block + 2 * (size_t)rank * sizeof(int64_t));
+    if (block == NULL)
+        return PyErr_NoMemory();
+    memset(&block->tensor, 0, sizeof block->tensor);
+    block->memory = b->memory;
+    mxd_memory_retain(b->memory);
+    void *payload;
+    if (versioned) {
+        mxd_dl_managed_versioned *t = &block->tensor.versioned;
+        t->version = (mxd_dl_version){MXD_DLPACK_MAJOR, MXD_DLPACK_MINOR};
+        t->manager_ctx = block;
+        t->deleter = delete_versioned;
+        t->flags =
+            flags |
+            (as->subbyte_padded ? MXD_DL_FLAG_IS_SUBBYTE_TYPE_PADDED : 0);
+        fill_tensor(&t->dl_tensor, b, as, block->dims);
+        payload = t;
+    } else {
+        mxd_dl_managed *t = &block->tensor.legacy;
+        t->manager_ctx = block;
+        t->deleter = delete_legacy;
+        fill_tensor(&t->dl_tensor, b, as, block->dims);
+        payload = t;
+    }
+    PyObject *capsule = PyCapsule_New(payload, versioned ? VERSIONED : LEGACY,
+                                      capsule_destructor);
+    if (capsule == NULL) {
+        mxd_memory_release(b->memory);
+        PyMem_RawFree(block);
+    }
+    return capsule;
+}
+
+/* ---- Buffer.__dlpack__ -----------------------------------------------------
+ */
+
+typedef struct dlpack_request {
+    bool versioned;
+    bool has_stream;  /* a stream other than None */
+    long long stream; /* the consumer's stream, when has_stream */
+    bool to_host;     /* dl_device=(kDLCPU, 0) asked of a device buffer */
+    int copy;         /* -1: None, 0: False, 1: True */
+} dlpack_request;
+
+static int buffer_error(const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    PyErr_FormatV(PyExc_BufferError, fmt, args);
+    va_end(args);
+    return -1;
+}
+
+static int parse_max_version(PyObject *obj, bool *versioned)
+{
+    *versioned = false;
+    if (obj == NULL || obj == Py_None)
+        return 0;
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) {
+        PyErr_Format(PyExc_TypeError,
+                     "__dlpack__(): max_version must be a (major, minor) "
+                     "tuple, not %R",
+                     obj);
+        return -1;
+    }
+    long major = PyLong_AsLong(PyTuple_GET_ITEM(obj, 0));
+    if (major == -1 && PyErr_Occurred())
+        return -1;
+    *versioned = major >= 1;
+    return 0;
+}
+
+static int parse_dl_device(BufferObject *b, PyObject *obj, bool *to_host)
+{
+    *to_host = false;
+    if (obj == NULL || obj == Py_None)
+        return 0;
+    long type, id;
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2 ||
+        ((type = PyLong_AsLong(PyTuple_GET_ITEM(obj, 0))) == -1 &&
+         PyErr_Occurred()) ||
+        ((id = PyLong_AsLong(PyTuple_GET_ITEM(obj, 1))) == -1 &&
+         PyErr_Occurred())) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError,
+                         "__dlpack__(): dl_device must be a (device_type, "
+                         "device_id) tuple of ints, not %R",
+                         obj);
+        }
+        return -1;
+    }
+    dl_target own = dl_device_of(b);
+    if (type == own.device_type && id == own.device_id)
+        return 0;
+    if (type == MXD_DL_CPU && id == 0) {
+        *to_host = true; /* a copy, unless the memory is host memory */
+        return 0;
+    }
+    return buffer_error("__dlpack__(): cannot export to device (%ld, %ld): "
+                        "the buffer is on (%d, %d), and only a copy to the "
+                        "CPU, (1, 0), is possible",
+                        type, id, own.device_type, own.device_id);
+}
+
+static int parse_copy(PyObject *obj, int *copy)
+{
+    *copy = -1;
+    if (obj == NULL || obj == Py_None)
+        return 0;
+    int truth = PyObject_IsTrue(obj);
+    if (truth < 0)
+        return -1;
+    *copy = truth;
+    return 0;
+}
+
+/* SPEC §13, the array API's stream argument: None, -1, and per API the
+ * values that name a consumer stream. */
+static int parse_stream(BufferObject *b, PyObject *obj, dlpack_request *r)
+{
+    r->has_stream = false;
+    if (obj == NULL || obj == Py_None)
+        return 0;
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError,
+                     "__dlpack__(): stream must be None or an int, not "
+                     "%.100s",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    int overflow;
+    long long value = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (value == -1 && PyErr_Occurred())
+        return -1;
+    mxd_device *dev = mxd_memory_device(b->memory);
+    const char *api = mxd_device_api(dev);
+    if (!overflow && value == -1)
+        return 0; /* no ordering asked */
+    if (mxd_device_is_host(dev))
+        return buffer_error("__dlpack__(): a CPU buffer takes stream=None or "
+                            "-1, not %R",
+                            obj);
+    bool cuda = strcmp(api, "cuda") == 0;
+    bool bad = overflow || value < -1 ||
+               (cuda ? value == 0 : value == 1 || value == 2);
+    if (bad)
+        return buffer_error("__dlpack__(): %R is not a stream on %s (use "
+                            "None, -1, %s or a stream handle)",
+                            obj, api, cuda ? "1, 2" : "0");
+    r->has_stream = true;
+    r->stream = value;
+    return 0;
+}
+
+static const char *const dlpack_names[] = {"stream", "max_version", "dl_device",
+                                           "copy"};
+
+static int parse_dlpack(BufferObject *b, PyObject *const *args,
+                        Py_ssize_t nargs, PyObject *kwnames, dlpack_request *r)
+{
+    if (nargs != 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "__dlpack__() takes keyword arguments only");
+        return -1;
+    }
+    const binding_params params = {"__dlpack__", dlpack_names, 4, 0};
+    PyObject *argv[4];
+    if (binding_parse_fast(&params, args, 0, kwnames, argv) < 0 ||
+        parse_max_version(argv[1], &r->versioned) < 0 ||
+        parse_dl_device(b, argv[2], &r->to_host) < 0 ||
+        parse_copy(argv[3], &r->copy) < 0 || parse_stream(b, argv[0], r) < 0)
+        return -1;
+    return 0;
+}
+
+/* Orders the consumer's work after the buffer's queue: its stream waits
+ * for an event (no host block), or with stream=None the host waits
+ * (except for pinned memory, SPEC §12.6). */
+static int order_consumer(BufferObject *b, const dlpack_request *r)
+{
+    if (r->has_stream) {
+        mxd_queue *q = binding_buffer_queue(b);
+        mxd_error err;
+        mxd_status status;
+        BINDING_ENQUEUE(
+            q, status = mxd_queue_order_native(q, (uintptr_t)r->stream, &err));
+        if (status != MXD_OK) {
+            binding_raise(&err);
+            return -1;
+        }
+        return 0;
+    }
+    if (mxd_memory_is_pinned(b->memory))
+        return 0;
+    return binding_buffer_host_wait(b);
+}
+
+/* The dtype a consumer sees: DLPack 1.0 and older have no float8/6/4
+ * codes, and sub-byte padding can only be said in a versioned capsule. */
+static int check_exportable(const mxd_dtype_info *info, bool versioned)
+{
+    if (versioned || info->dlpack_code <= MXD_DL_BOOL)
+        return 0;
+    return buffer_error("__dlpack__(): %s has no type code in the legacy "
+                        "(unversioned) DLPack ABI; ask for max_version=(1, 1)",
+                        info->name);
+}
+
+PyObject *binding_buffer_dlpack(PyObject *self, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames)
+{
+    BufferObject *b = as_buffer(self);
+    dlpack_request r;
+    if (parse_dlpack(b, args, nargs, kwnames, &r) < 0)
+        return NULL;
+    bool host_memory = mxd_memory_host(b->memory) != NULL;
+    bool need_copy = r.copy == 1 || (r.to_host && !host_memory);
+    if (need_copy && r.copy == 0)
+        return PyErr_Format(PyExc_BufferError,
+                            "__dlpack__(): a device buffer can reach the CPU "
+                            "only as a copy, and copy=False forbids one"),
+               NULL;
+    if (check_exportable(buffer_dtype(b), r.versioned) < 0)
+        return NULL;
+    if (need_copy) {
+        binding_state *st = binding_state_of(self);
+        PyObject *cpu = binding_device_default_queue((DeviceObject *)st->cpu);
+        PyObject *copy = cpu ? binding_buffer_copy_to(self, cpu) : NULL;
+        if (copy == NULL)
+            return NULL;
+        PyObject *capsule = export_capsule(as_buffer(copy), buffer_dtype(b),
+                                           r.versioned, MXD_DL_FLAG_IS_COPIED);
+        Py_DECREF(copy);
+        return capsule;
+    }
+    if (order_consumer(b, &r) < 0)
+        return NULL;
+    PyObject *capsule = export_capsule(b, buffer_dtype(b), r.versioned, 0);
+    if (capsule != NULL && r.to_host) {
+        /* Pinned memory, asked for as CPU memory: the same host bytes. */
+        void *payload =
+            PyCapsule_GetPointer(capsule, r.versioned ? VERSIONED : LEGACY);
+        mxd_dl_tensor *t =
+            r.versioned ? &((mxd_dl_managed_versioned *)payload)->dl_tensor
+                        : &((mxd_dl_managed *)payload)->dl_tensor;
+        t->device = (mxd_dl_device){MXD_DL_CPU, 0};
+    }
+    return capsule;
+}
+
+PyObject *binding_buffer_dlpack_device(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    dl_target where = dl_device_of(as_buffer(self));
+    return Py_BuildValue("(ii)", where.device_type, where.device_id);
+}
+
+/* ---- Import
+ * ------------------------------------------------------------------ */
+
+/* The producer's tensor, owned once its capsule is renamed "used_...". */
+typedef struct imported {
+    void *managed;
+    bool versioned;
+} imported;
+
+static void release_imported(void *data) /* inside the host runner */
+{
+    imported *im = data;
+    if (im->versioned) {
+        mxd_dl_managed_versioned *t = im->managed;
+        if (t->deleter)
+            t->deleter(t);
+    } else {
+        mxd_dl_managed *t = im->managed;
+        if (t->deleter)
+            t->deleter(t);
+    }
+    PyMem_RawFree(im);
+}
+
+static void leak_imported(void *data)
+{
+    /* Interpreter exit: the producer's deleter may need a runtime that is
+     * going away; leaking is what the DLPack spec allows then. */
+    PyMem_RawFree(data);
+}
+
+typedef struct import_spec {
+    PyObject *stream; /* the queue the buffer is bound to (borrowed) */
+    int dtype_index;  /* -1: the capsule's dtype */
+    int copy;         /* -1 None, 0 False, 1 True */
+    const char *not_contiguous; /* the ValueError for strided input */
+} import_spec;
+
+/* The capsule's tensor, and whether it is versioned; NULL with an
+ * exception when it is not an unconsumed DLPack capsule. */
+static mxd_dl_tensor *capsule_tensor(PyObject *capsule, bool *versioned,
+                                     uint64_t *flags)
+{
+    *flags = 0;
+    if (PyCapsule_IsValid(capsule, VERSIONED)) {
+        mxd_dl_managed_versioned *t = PyCapsule_GetPointer(capsule, VERSIONED);
+        if (t->version.major != MXD_DLPACK_MAJOR) {
+            buffer_error("from_dlpack(): DLPack %u.%u is not supported "
+                         "(this module reads %d.x)",
+                         t->version.major, t->version.minor, MXD_DLPACK_MAJOR);
+            return NULL;
+        }
+        *versioned = true;
+        *flags = t->flags;
+        return &t->dl_tensor;
+    }
+    if (PyCapsule_IsValid(capsule, LEGACY)) {
+        *versioned = false;
+        return &((mxd_dl_managed *)PyCapsule_GetPointer(capsule, LEGACY))
+                    ->dl_tensor;
+    }
+    buffer_error("from_dlpack(): __dlpack__() returned %s, not an unconsumed "
+                 "DLPack capsule",
+                 PyCapsule_CheckExact(capsule) ? "a used capsule"
+                                               : Py_TYPE(capsule)->tp_name);
+    return NULL;
+}
+
+/* The tensor's dtype as an index into mxd_dtype_at(), or -1. */
+static int tensor_dtype(const mxd_dl_tensor *t, int override)
+{
+    if (t->dtype.lanes != 1) {
+        buffer_error("from_dlpack(): vector types (lanes=%u) are not "
+                     "supported",
+                     t->dtype.lanes);
+        return -1;
+    }
+    const mxd_dtype_info *info =
+        mxd_dtype_from_dlpack(t->dtype.code, t->dtype.bits);
+    if (override >= 0) {
+        const mxd_dtype_info *as = mxd_dtype_at((size_t) override);
+        if (as->size_in_bits != t->dtype.bits &&
+            as->size_in_bytes * 8 != t->dtype.bits) {
+            buffer_error("from_dlpack(): %u-bit elements cannot hold %s",
+                         t->dtype.bits, as->name);
+            return -1;
+        }
+        return override;
+    }
+    for (int i = 0; info && i < MXD_DTYPE_MEMBERS; i++)
+        if (mxd_dtype_at((size_t)i) == info)
+            return i;
+    buffer_error("from_dlpack(): DLPack type (code %u, %u bits) has no "
+                 "max.dtype.DType",
+                 t->dtype.code, t->dtype.bits);
+    return -1;
+}
+
+/* The view of the tensor: shape and element strides into `layout`, and
+ * the byte range it touches relative to its first element. */
+static int tensor_layout(const mxd_dl_tensor *t, int64_t element_size,
+                         mxd_layout *layout, int64_t *lo, int64_t *hi)
+{
+    if (t->ndim < 0 || t->ndim > MXD_MAX_RANK) {
+        buffer_error("from_dlpack(): %d dimensions are not supported", t->ndim);
+        return -1;
+    }
+    layout->rank = t->ndim;
+    layout->element_size = element_size;
+    layout->offset = 0;
+    memcpy(layout->shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
+    if (t->strides)
+        memcpy(layout->strides, t->strides, (size_t)t->ndim * sizeof(int64_t));
+    else
+        mxd_contiguous_strides(t->ndim, t->shape, layout->strides);
+    mxd_error err;
+    if (mxd_shape_size(t->ndim, t->shape, element_size, NULL, NULL, &err) !=
+        MXD_OK) {
+        binding_raise(&err);
+        return -1;
+    }
+    int64_t bytes[MXD_MAX_RANK];
+    mxd_byte_strides(layout, bytes);
+    if (!mxd_byte_extent(t->ndim, t->shape, bytes, 0, element_size, lo, hi)) {
+        buffer_error("from_dlpack(): the tensor's strides address more than "
+                     "64 bits");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *wrap_tensor(binding_state *st, PyObject *capsule,
+                             mxd_dl_tensor *t, bool versioned, uint64_t flags,
+                             const import_spec *spec, int dtype_index,
+                             mxd_layout *layout, int64_t lo, int64_t hi)
+{
+    imported *im = PyMem_RawMalloc(sizeof *im);
+    if (im == NULL)
+        return PyErr_NoMemory();
+    im->managed = PyCapsule_GetPointer(capsule, versioned ? VERSIONED : LEGACY);
+    im->versioned = versioned;
+    char *first = (char *)t->data + t->byte_offset;
+    mxd_device *dev = target_device_of(spec->stream);
+    bool host = t->device.device_type != MXD_DL_CUDA &&
+                t->device.device_type != MXD_DL_ROCM;
+    mxd_foreign foreign = {
+        .host = host ? first + lo : NULL,
+        .device_ptr = host ? 0 : (uintptr_t)(first + lo),
+        .size = hi - lo,
+        .pinned = host && !mxd_device_is_host(dev),
+        .readonly = (flags & MXD_DL_FLAG_READ_ONLY) != 0,
+        .release = {release_imported, leak_imported, im},
+    };
+    mxd_memory *memory;
+    mxd_error err;
+    if (mxd_memory_wrap(((QueueObject *)spec->stream)->queue, &foreign, &memory,
+                        &err) != MXD_OK) {
+        PyMem_RawFree(im);
+        return binding_raise(&err);
+    }
+    /* Ours now: the capsule must not call the deleter any more. */
+    PyCapsule_SetName(capsule, versioned ? USED_VERSIONED : USED_LEGACY);
+    layout->offset = -lo;
+    layout->memory_size = hi - lo;
+    return binding_buffer_new(st->buffer_type, memory, spec->stream,
+                              dtype_index, BUFFER_USAGE_DEFAULT, layout);
+}
+
+/* A Buffer over the capsule's tensor (consuming it), or a copy of it when
+ * it is read-only and a copy is allowed. */
+static PyObject *import_capsule(binding_state *st, PyObject *capsule,
+                                const import_spec *spec)
+{
+    bool versioned;
+    uint64_t flags;
+    mxd_dl_tensor *t = capsule_tensor(capsule, &versioned, &flags);
+    if (t == NULL)
+        return NULL;
+    int dtype_index = tensor_dtype(t, spec->dtype_index);
+    if (dtype_index < 0)
+        return NULL;
+    int64_t shape[MXD_MAX_RANK], strides[MXD_MAX_RANK], lo, hi;
+    mxd_layout layout = {0, shape, strides, 0, 0, 0};
+    if (tensor_layout(t, mxd_dtype_at((size_t)dtype_index)->size_in_bytes,
+                      &layout, &lo, &hi) < 0)
+        return NULL;
+    if (!mxd_layout_is_contiguous(&layout)) {
+        PyErr_SetString(PyExc_ValueError, spec->not_contiguous);
+        return NULL;
+    }
+    bool readonly = (flags & MXD_DL_FLAG_READ_ONLY) != 0;
+    if (readonly && spec->copy == 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "from_dlpack(): the tensor is read-only and "
+                        "copy=False forbids a copy");
+        return NULL;
+    }
+    PyObject *b = wrap_tensor(st, capsule, t, versioned, flags, spec,
+                              dtype_index, &layout, lo, hi);
+    if (b == NULL || !(readonly || spec->copy == 1))
+        return b;
+    PyObject *copy = binding_buffer_copy_to(b, spec->stream);
+    Py_DECREF(b);
+    return copy;
+}
+
+/* ---- Buffer.from_dlpack
+ * ------------------------------------------------------ */
+
+static bool is_numpy_array(PyObject *obj)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    PyObject *module = PyObject_GetAttrString((PyObject *)type, "__module__");
+    bool numpy = module && PyUnicode_Check(module) &&
+                 PyUnicode_CompareWithASCIIString(module, "numpy") == 0 &&
+                 strcmp(type->tp_name, "numpy.ndarray") == 0;
+    Py_XDECREF(module);
+    PyErr_Clear();
+    return numpy;
+}
+
+/* The queue a buffer over memory on DLPack device (type, id) is bound to:
+ * the default queue of the device this process drives there. */
+static PyObject *import_target(binding_state *st, long type, long id)
+{
+    const char *api = mxd_accelerator_api();
+    bool cuda = api && strcmp(api, "cuda") == 0;
+    bool hip = api && strcmp(api, "hip") == 0;
+    long device = -1;
+    if (type == MXD_DL_CPU)
+        return binding_device_default_queue((DeviceObject *)st->cpu);
+    if ((cuda && type == MXD_DL_CUDA) || (hip && type == MXD_DL_ROCM))
+        device = id;
+    else if ((cuda && type == MXD_DL_CUDA_HOST) ||
+             (hip && type == MXD_DL_ROCM_HOST))
+        device = 0; /* host memory mapped into the accelerators */
+    if (device < 0 || device >= mxd_accelerator_count()) {
+        buffer_error("from_dlpack(): DLPack device (%ld, %ld) is not one "
+                     "this process drives (backend: %s, %d accelerator%s)",
+                     type, id, api ? api : "cpu", mxd_accelerator_count(),
+                     mxd_accelerator_count() == 1 ? "" : "s");
+        return NULL;
+    }
+    mxd_device *dev;
+    mxd_error err;
+    if (mxd_accelerator((int)device, &dev, &err) != MXD_OK)
+        return binding_raise(&err);
+    PyObject *obj = binding_device_object(st, dev);
+    PyObject *q =
+        obj ? binding_device_default_queue((DeviceObject *)obj) : NULL;
+    Py_XDECREF(obj); /* cached by the module: q stays valid */
+    return q;
+}
+
+static int parse_device_tuple(PyObject *obj, long *type, long *id)
+{
+    PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+    if (dev == NULL)
+        return -1;
+    int ok = PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) == 2;
+    if (ok) {
+        *type = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
+        *id = PyLong_AsLong(PyTuple_GET_ITEM(dev, 1));
+        ok = !PyErr_Occurred();
+    }
+    Py_DECREF(dev);
+    if (!ok) {
+        PyErr_Clear();
+        return buffer_error("from_dlpack(): __dlpack_device__() must return "
+                            "a (device_type, device_id) tuple of ints");
+    }
+    return 0;
+}
+
+/* obj.__dlpack__(max_version=(1, 0), stream=...), falling back to a call
+ * without max_version for producers that predate it. */
+static PyObject *ask_capsule(PyObject *obj, PyObject *stream, int copy)
+{
+    PyObject *method = PyObject_GetAttrString(obj, "__dlpack__");
+    if (method == NULL)
+        return NULL;
+    PyObject *kwargs =
+        Py_BuildValue("{s:(ii)s:O}", "max_version", 1, 0, "stream", stream);
+    if (kwargs != NULL && copy >= 0)
+        PyDict_SetItemString(kwargs, "copy", copy ? Py_True : Py_False);
+    PyObject *empty = PyTuple_New(0);
+    PyObject *capsule =
+        kwargs && empty ? PyObject_Call(method, empty, kwargs) : NULL;
+    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        PyDict_DelItemString(kwargs, "max_version");
+        capsule = PyObject_Call(method, empty, kwargs);
+    }
+    Py_XDECREF(empty);
+    Py_XDECREF(kwargs);
+    Py_DECREF(method);
+    return capsule;
+}
+
+static const char *const from_dlpack_names[] = {"obj", "copy"};
+
+PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames)
+{
+    binding_state *st = PyType_GetModuleState((PyTypeObject *)cls);
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError,
+                        "from_dlpack() takes one positional argument and "
+                        "the keyword copy=");
+        return NULL;
+    }
+    const binding_params params = {"from_dlpack", from_dlpack_names, 2, 1};
+    PyObject *argv[2];
+    if (binding_parse_fast(&params, args, 1, kwnames, argv) < 0)
+        return NULL;
+    PyObject *obj = argv[0];
+    int copy;
+    if (parse_copy(argv[1], &copy) < 0)
+        return NULL;
+    if (PyObject_TypeCheck(obj, st->buffer_type))
+        return copy == 1 ? binding_buffer_copy_to(obj, as_buffer(obj)->stream)
+                         : Py_NewRef(obj);
+    bool numpy = is_numpy_array(obj);
+    if (copy >= 0 && !numpy) {
+        PyErr_SetString(PyExc_ValueError,
+                        "from_dlpack(): copy= is only supported for NumPy "
+                        "arrays and Buffers");
+        return NULL;
+    }
+    long type = 0, id = 0;
+    if (parse_device_tuple(obj, &type, &id) < 0)
+        return NULL;
+    PyObject *target = import_target(st, type, id);
+    if (target == NULL)
+        return NULL;
+    mxd_queue *q = ((QueueObject *)target)->queue;
+    PyObject *stream = mxd_device_is_host(mxd_queue_device(q))
+                           ? Py_NewRef(Py_None)
+                           : PyLong_FromSize_t(mxd_queue_native_handle(q));
+    PyObject *capsule = stream ? ask_capsule(obj, stream, copy) : NULL;
+    Py_XDECREF(stream);
+    if (capsule == NULL)
+        return NULL;
+    import_spec spec = {
+        target, -1, copy,
+        numpy ? "from_dlpack only accepts contiguous arrays. First call "
+                "np.ascontiguousarray"
+              : "from_dlpack only accepts contiguous tensors"};
+    PyObject *b = import_capsule(st, capsule, &spec);
+    Py_DECREF(capsule);
+    return b;
+}
+
+/* ---- NumPy
+ * ------------------------------------------------------------------- */
+
+/* The ml_dtypes type NumPy needs for bfloat16, or NULL with ValueError. */
+static PyObject *ml_bfloat16(void)
+{
+    PyObject *ml = PyImport_ImportModule("ml_dtypes");
+    if (ml == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_ImportError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError,
+                            "DType.bfloat16 has no NumPy dtype without "
+                            "ml_dtypes (pip install ml_dtypes)");
+        }
+        return NULL;
+    }
+    PyObject *bf16 = PyObject_GetAttrString(ml, "bfloat16");
+    Py_DECREF(ml);
+    return bf16;
+}
+
+/* The dtype NumPy's DLPack carries for `info`: the same, or raw bytes of
+ * the same size (float8: uint8 as MAX; bfloat16: uint16, viewed as
+ * ml_dtypes.bfloat16 after); -1 with ValueError for float4/6. */
+static int numpy_carrier(const mxd_dtype_info *info)
+{
+    int code = info->code;
+    if (info->kind == MXD_KIND_FLOAT8)
+        code = MXD_DTYPE_UINT8;
+    else if (info->kind == MXD_KIND_BFLOAT16)
+        code = MXD_DTYPE_UINT16;
+    else if (info->kind == MXD_KIND_FLOAT4 || info->kind == MXD_KIND_FLOAT6) {
+        PyErr_Format(PyExc_ValueError,
+                     "DType.%s cannot be converted to a NumPy array",
+                     info->name);
+        return -1;
+    }
+    for (int i = 0; i < MXD_DTYPE_MEMBERS; i++)
+        if (mxd_dtype_at((size_t)i)->code == code)
+            return i;
+    return -1;
+}
+
+PyObject *binding_to_numpy(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    BufferObject *b = as_buffer(self);
+    binding_state *st = binding_state_of(self);
+    const mxd_dtype_info *info = buffer_dtype(b);
+    PyObject *np = binding_import_numpy("Buffer.to_numpy()");
+    if (np == NULL)
+        return NULL;
+    int carrier = numpy_carrier(info);
+    PyObject *bf16 = NULL;
+    if (carrier < 0 ||
+        (info->kind == MXD_KIND_BFLOAT16 && !(bf16 = ml_bfloat16()))) {
+        Py_DECREF(np);
+        return NULL;
+    }
+    /* Accelerator memory is copied to the host first. */
+    PyObject *host = NULL;
+    if (mxd_memory_host(b->memory) == NULL) {
+        PyObject *cpu = binding_device_default_queue((DeviceObject *)st->cpu);
+        host = cpu ? binding_buffer_copy_to(self, cpu) : NULL;
+    } else {
+        host = Py_NewRef(self);
+    }
+    PyObject *array = NULL;
+    if (host != NULL) {
+        BufferObject *h = as_buffer(host);
+        mxd_layout layout = binding_buffer_layout(h);
+        mxd_memory_retain(h->memory);
+        PyObject *carried =
+            binding_buffer_new(binding_view_type(host), h->memory, h->stream,
+                               carrier, h->usage, &layout);
+        array = carried ? PyObject_CallMethod(np, "from_dlpack", "O", carried)
+                        : NULL;
+        Py_XDECREF(carried);
+        Py_DECREF(host);
+    }
+    if (array != NULL && bf16 != NULL) {
+        PyObject *viewed = PyObject_CallMethod(array, "view", "O", bf16);
+        Py_SETREF(array, viewed);
+    }
+    Py_XDECREF(bf16);
+    Py_DECREF(np);
+    return array;
+}
+
+/* The DType of a NumPy dtype (max.dtype does the mapping), and for the
+ * types NumPy's DLPack cannot carry the plain dtype to export them as. */
+static int numpy_dtype(binding_state *st, PyObject *array, PyObject **carrier)
+{
+    PyObject *np_dtype = PyObject_GetAttrString(array, "dtype");
+    PyObject *dtype =
+        np_dtype
+            ? PyObject_CallMethod(st->dtype_type, "from_numpy", "O", np_dtype)
+            : NULL;
+    Py_XDECREF(np_dtype);
+    if (dtype == NULL)
+        return -1;
+    int index = binding_parse_dtype(st, "from_numpy", "dtype", dtype);
+    Py_DECREF(dtype);
+    if (index < 0)
+        return -1;
+    const mxd_dtype_info *info = mxd_dtype_at((size_t)index);
+    *carrier = NULL;
+    if (info->kind == MXD_KIND_BFLOAT16 || info->kind == MXD_KIND_FLOAT8 ||
+        info->kind == MXD_KIND_FLOAT4 || info->kind == MXD_KIND_FLOAT6)
+        *carrier =
+            PyUnicode_FromString(info->size_in_bytes == 2 ? "uint16" : "uint8");
+    return index;
+}
+
+PyObject *binding_from_numpy(PyObject *cls, PyObject *array)
+{
+    binding_state *st = PyType_GetModuleState((PyTypeObject *)cls);
+    if (!is_numpy_array(array)) {
+        PyErr_Format(PyExc_TypeError,
+                     "from_numpy(): expected a numpy.ndarray, not %.100s",
+                     Py_TYPE(array)->tp_name);
+        return NULL;
+    }
+    PyObject *carrier = NULL;
+    int index = numpy_dtype(st, array, &carrier);
+    if (index < 0)
+        return NULL;
+    PyObject *np = binding_import_numpy("Buffer.from_numpy()");
+    /* Zero-copy needs C order and write access; otherwise NumPy copies
+     * (ascontiguousarray keeps 0-d arrays 0-d). */
+    PyObject *flags = PyObject_GetAttrString(array, "flags");
+    PyObject *c_contig =
+        flags ? PyObject_GetAttrString(flags, "c_contiguous") : NULL;
+    PyObject *writeable =
+        flags ? PyObject_GetAttrString(flags, "writeable") : NULL;
+    Py_XDECREF(flags);
+    PyObject *source = NULL;
+    if (np && c_contig && writeable) {
+        if (c_contig == Py_True && writeable == Py_True)
+            source = Py_NewRef(array);
+        else
+            source = PyObject_CallMethod(np, "array", "O", array);
+    }
+    Py_XDECREF(c_contig);
+    Py_XDECREF(writeable);
+    if (source != NULL && carrier != NULL) {
+        PyObject *viewed = PyObject_CallMethod(source, "view", "O", carrier);
+        Py_SETREF(source, viewed);
+    }
+    Py_XDECREF(carrier);
+    PyObject *capsule = NULL;
+    if (source != NULL) {
+        PyObject *none = Py_None;
+        capsule = ask_capsule(source, none, -1);
+        Py_DECREF(source);
+    }
+    Py_XDECREF(np);
+    if (capsule == NULL)
+        return NULL;
+    PyObject *cpu = binding_device_default_queue((DeviceObject *)st->cpu);
+    import_spec spec = {cpu, index, -1,
+                        "from_numpy(): the array is not contiguous"};
+    PyObject *b = cpu ? import_capsule(st, capsule, &spec) : NULL;
+    Py_DECREF(capsule);
+    return b;
+}
