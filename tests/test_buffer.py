@@ -584,12 +584,17 @@ def test_str_of_a_strided_view():
 
 
 def test_str_bfloat16_shows_decoded_values():
+    """As MAX's test_str_bfloat16: values, not raw bytes (here as NumPy
+    prints an ml_dtypes array)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
     buf = Buffer(DType.bfloat16, (3,))
-    for i, v in enumerate((1.0, 2.0, 3.0)):
+    for i, v in enumerate((1.0, 2.0, 3.5)):
         buf[i] = v
     text = str(buf)
     assert "dtype=DType.bfloat16" in text and "shape=(3,)" in text
-    assert "1" in text and "2" in text and "3" in text
+    expected = np.array([1.0, 2.0, 3.5], dtype=ml_dtypes.bfloat16)
+    assert np.array2string(expected, prefix="Buffer(") in text, text
+    assert "16256" not in text  # 0x3F80, the raw bits of 1.0
 
 
 # --------------------------------------------------------------------------
