@@ -87,15 +87,10 @@ int binding_parse_dtype(binding_state *st, const char *fname, const char *param,
     return -1;
 }
 
+/* A dimension's value; negative ones are the core's to reject (after
+ * every argument's type was checked). */
 static int shape_entry(const char *fname, PyObject *item, int64_t *out)
 {
-    if (!PyIndex_Check(item)) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s(): the shape must be a sequence of ints, not one "
-                     "holding %.100s",
-                     fname, Py_TYPE(item)->tp_name);
-        return -1;
-    }
     PyObject *index = PyNumber_Index(item);
     if (index == NULL)
         return -1;
@@ -108,44 +103,58 @@ static int shape_entry(const char *fname, PyObject *item, int64_t *out)
                          "%s(): a dimension does not fit in 64 bits", fname);
         return -1;
     }
-    if (value < 0) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s(): negative dimensions are not allowed (got %lld)",
-                     fname, value);
-        return -1;
-    }
     *out = value;
     return 0;
 }
 
-int binding_parse_shape(const char *fname, PyObject *obj, int64_t *shape)
+/* The shape as a sequence of ints (a new reference), or NULL with a
+ * TypeError: only types are checked here. */
+static PyObject *shape_sequence(const char *fname, PyObject *obj)
 {
     if (PyUnicode_Check(obj) || PyBytes_Check(obj) || !PySequence_Check(obj)) {
         PyErr_Format(PyExc_TypeError,
                      "%s(): the shape must be a sequence of ints, not %.100s",
                      fname, Py_TYPE(obj)->tp_name);
-        return -1;
+        return NULL;
     }
     PyObject *seq = PySequence_Fast(obj, "the shape must be a sequence");
-    if (seq == NULL)
-        return -1;
+    for (Py_ssize_t i = 0; seq && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyIndex_Check(item)) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s(): the shape must be a sequence of ints, not "
+                         "one holding %.100s",
+                         fname, Py_TYPE(item)->tp_name);
+            Py_CLEAR(seq);
+        }
+    }
+    return seq;
+}
+
+static int shape_values(const char *fname, PyObject *seq, int64_t *shape)
+{
     Py_ssize_t rank = PySequence_Fast_GET_SIZE(seq);
     if (rank > MXD_MAX_RANK) {
         PyErr_Format(PyExc_ValueError,
                      "%s(): %zd dimensions are more than the %d supported",
                      fname, rank, MXD_MAX_RANK);
-        Py_DECREF(seq);
         return -1;
     }
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    for (Py_ssize_t i = 0; i < rank; i++) {
-        if (shape_entry(fname, items[i], &shape[i]) < 0) {
-            Py_DECREF(seq);
+    for (Py_ssize_t i = 0; i < rank; i++)
+        if (shape_entry(fname, items[i], &shape[i]) < 0)
             return -1;
-        }
-    }
-    Py_DECREF(seq);
     return (int)rank;
+}
+
+int binding_parse_shape(const char *fname, PyObject *obj, int64_t *shape)
+{
+    PyObject *seq = shape_sequence(fname, obj);
+    if (seq == NULL)
+        return -1;
+    int rank = shape_values(fname, seq, shape);
+    Py_DECREF(seq);
+    return rank;
 }
 
 PyObject *binding_parse_target(binding_state *st, const char *fname,
@@ -236,31 +245,81 @@ typedef struct new_args {
     int usage;
 } new_args;
 
-/* argv: dtype, shape, device, usage, stream (NULL when not given). */
-static int parse_new(binding_state *st, const char *fname, PyObject **argv,
-                     new_args *out)
+/* The third argument: by position a Device, a DeviceQueue or None; by
+ * keyword `device=` a Device or None, `stream=` a DeviceQueue. */
+static PyObject *parse_place(binding_state *st, const char *fname,
+                             PyObject *device, bool device_by_keyword,
+                             PyObject *stream)
 {
-    if (argv[2] != NULL && argv[4] != NULL) {
+    if (device != NULL && stream != NULL) {
         PyErr_Format(PyExc_TypeError,
                      "%s(): give either 'device' or 'stream', not both", fname);
-        return -1;
+        return NULL;
     }
-    if (argv[4] != NULL && !Py_IS_TYPE(argv[4], st->queue_type)) {
+    if (stream != NULL && !Py_IS_TYPE(stream, st->queue_type)) {
         PyErr_Format(PyExc_TypeError,
                      "%s(): argument 'stream' must be a DeviceQueue, not "
                      "%.100s",
-                     fname, Py_TYPE(argv[4])->tp_name);
+                     fname, Py_TYPE(stream)->tp_name);
+        return NULL;
+    }
+    if (device_by_keyword && device && Py_IS_TYPE(device, st->queue_type)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s(): argument 'device' must be a Device or None; pass "
+                     "a DeviceQueue as 'stream'",
+                     fname);
+        return NULL;
+    }
+    return binding_parse_target(st, fname, stream ? "stream" : "device",
+                                stream ? stream : device);
+}
+
+/* argv: dtype, shape, device, usage, stream (NULL when not given);
+ * `device_by_keyword`: argv[2] came as device=.  Every argument's type is
+ * checked before any value (SPEC §12.3). */
+static int parse_new(binding_state *st, const char *fname, PyObject **argv,
+                     bool device_by_keyword, new_args *out)
+{
+    if ((out->dtype_index = binding_parse_dtype(st, fname, "dtype", argv[0])) <
+        0)
+        return -1;
+    PyObject *seq = shape_sequence(fname, argv[1]);
+    if (seq == NULL)
+        return -1;
+    out->stream = parse_place(st, fname, argv[2], device_by_keyword, argv[4]);
+    if (out->stream == NULL ||
+        (out->usage = parse_usage(st, fname, argv[3])) < 0 ||
+        (out->rank = shape_values(fname, seq, out->shape)) < 0) {
+        Py_DECREF(seq);
         return -1;
     }
-    if ((out->dtype_index = binding_parse_dtype(st, fname, "dtype", argv[0])) <
-            0 ||
-        (out->rank = binding_parse_shape(fname, argv[1], out->shape)) < 0 ||
-        (out->usage = parse_usage(st, fname, argv[3])) < 0)
-        return -1;
-    PyObject *target = argv[4] != NULL ? argv[4] : argv[2];
-    out->stream =
-        binding_parse_target(st, fname, argv[4] ? "stream" : "device", target);
-    return out->stream == NULL ? -1 : 0;
+    Py_DECREF(seq);
+    return 0;
+}
+
+/* Whether the keyword `name` is among kwnames (vectorcall) or kwargs. */
+static bool has_keyword(PyObject *kwnames, PyObject *kwargs, const char *name)
+{
+    if (kwargs != NULL)
+        return PyDict_GetItemString(kwargs, name) != NULL;
+    for (Py_ssize_t i = 0; kwnames && i < PyTuple_GET_SIZE(kwnames); i++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i),
+                                             name) == 0)
+            return true;
+    return false;
+}
+
+/* A DevicePinnedBuffer names its device (or queue): there is no default. */
+static int check_pinned_place(binding_state *st, PyTypeObject *type,
+                              PyObject **argv)
+{
+    if (type != st->pinned_buffer_type ||
+        (argv[2] != NULL && argv[2] != Py_None) || argv[4] != NULL)
+        return 0;
+    PyErr_SetString(PyExc_TypeError,
+                    "DevicePinnedBuffer() missing required argument 'device' "
+                    "(an accelerator Device or one of its queues)");
+    return -1;
 }
 
 static int check_pinned_device(binding_state *st, PyTypeObject *type,
@@ -276,13 +335,15 @@ static int check_pinned_device(binding_state *st, PyTypeObject *type,
     return -1;
 }
 
-static PyObject *construct(PyTypeObject *type, PyObject **argv)
+static PyObject *construct(PyTypeObject *type, PyObject **argv,
+                           bool device_by_keyword)
 {
     binding_state *st = PyType_GetModuleState(type);
     const char *fname =
         type == st->pinned_buffer_type ? "DevicePinnedBuffer" : "Buffer";
     new_args a;
-    if (parse_new(st, fname, argv, &a) < 0 ||
+    if (check_pinned_place(st, type, argv) < 0 ||
+        parse_new(st, fname, argv, device_by_keyword, &a) < 0 ||
         check_pinned_device(st, type, a.stream) < 0)
         return NULL;
     if (type == st->pinned_buffer_type)
@@ -306,7 +367,8 @@ static PyObject *buffer_vectorcall(PyObject *type, PyObject *const *args,
     }
     if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0)
         return NULL;
-    return construct((PyTypeObject *)type, argv);
+    return construct((PyTypeObject *)type, argv,
+                     has_keyword(kwnames, NULL, "device"));
 }
 
 static PyObject *buffer_tp_new(PyTypeObject *type, PyObject *args,
@@ -321,7 +383,7 @@ static PyObject *buffer_tp_new(PyTypeObject *type, PyObject *args,
     }
     if (binding_parse_tuple(&params, args, kwargs, argv) < 0)
         return NULL;
-    return construct(type, argv);
+    return construct(type, argv, has_keyword(NULL, kwargs, "device"));
 }
 
 /* ---- Factories ------------------------------------------------------------
@@ -330,8 +392,8 @@ static PyObject *buffer_tp_new(PyTypeObject *type, PyObject *args,
 static const char *const zeros_names[] = {"shape", "dtype", "device", "usage",
                                           "stream"};
 
-/* A contiguous buffer's bytes, written on the host: fresh memory nothing
- * else can see yet (pinned memory is zero on return, SPEC §12.3). */
+/* A fresh pinned buffer's bytes, written on the host: memory nothing else
+ * can see yet. */
 static void zero_on_host(BufferObject *b)
 {
     memset(mxd_memory_host(b->memory), 0, (size_t)mxd_memory_size(b->memory));
@@ -368,7 +430,9 @@ static PyObject *buffer_zeros(PyObject *cls, PyObject *const *args,
     reordered[1] = argv[0];
     memcpy(reordered + 2, argv + 2, 3 * sizeof *argv);
     new_args a;
-    if (parse_new(st, fname, reordered, &a) < 0 ||
+    if (check_pinned_place(st, type, reordered) < 0 ||
+        parse_new(st, fname, reordered, has_keyword(kwnames, NULL, "device"),
+                  &a) < 0 ||
         check_pinned_device(st, type, a.stream) < 0)
         return NULL;
     if (type == st->pinned_buffer_type)
@@ -379,7 +443,9 @@ static PyObject *buffer_zeros(PyObject *cls, PyObject *const *args,
         return NULL;
     BufferObject *buf = (BufferObject *)b;
     unsigned char zero[MXD_DTYPE_MAX_BYTES] = {0};
-    if (mxd_memory_is_pinned(buf->memory))
+    /* SPEC §12.3: DevicePinnedBuffer.zeros is zero on return; Buffer.zeros
+     * enqueues its fill, STAGING memory included (as MAX). */
+    if (type == st->pinned_buffer_type)
         zero_on_host(buf);
     else if (binding_buffer_fill(buf, zero) < 0)
         Py_CLEAR(b);
@@ -625,7 +691,7 @@ static PyObject *buffer_str(PyObject *self)
     char prefix[64];
     snprintf(prefix, sizeof prefix, "%s(", type_name(self));
     PyObject *kwargs =
-        args ? Py_BuildValue("{s:s,s:s}", "separator", ", ", "prefix", prefix)
+        args ? Py_BuildValue("{s:s}", "prefix", prefix)
              : NULL;
     PyObject *data = kwargs ? PyObject_Call(fn, args, kwargs) : NULL;
     Py_XDECREF(kwargs);

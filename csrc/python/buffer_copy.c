@@ -155,7 +155,7 @@ static PyObject *to_one(PyObject *self, PyObject *target)
         mxd_queue *q = ((QueueObject *)target)->queue;
         if (target == b->stream)
             return Py_NewRef(self);
-        if (mxd_queue_device(q) == dev && !mxd_memory_is_pinned(b->memory))
+        if (mxd_queue_device(q) == dev) /* pinned memory too (SPEC) */
             return rebind(self, target);
         return binding_buffer_copy_to(self, target);
     }

@@ -861,6 +861,20 @@ static int numpy_dtype(binding_state *st, PyObject *array, PyObject **carrier)
     return index;
 }
 
+/* numpy.array(array, order="C"): a C-contiguous, writable copy (0-d
+ * arrays stay 0-d, unlike ascontiguousarray). */
+static PyObject *numpy_c_copy(PyObject *np, PyObject *array)
+{
+    PyObject *fn = PyObject_GetAttrString(np, "array");
+    PyObject *args = fn ? PyTuple_Pack(1, array) : NULL;
+    PyObject *kwargs = args ? Py_BuildValue("{s:s}", "order", "C") : NULL;
+    PyObject *copy = kwargs ? PyObject_Call(fn, args, kwargs) : NULL;
+    Py_XDECREF(kwargs);
+    Py_XDECREF(args);
+    Py_XDECREF(fn);
+    return copy;
+}
+
 PyObject *binding_from_numpy(PyObject *cls, PyObject *array)
 {
     binding_state *st = PyType_GetModuleState((PyTypeObject *)cls);
@@ -888,7 +902,7 @@ PyObject *binding_from_numpy(PyObject *cls, PyObject *array)
         if (c_contig == Py_True && writeable == Py_True)
             source = Py_NewRef(array);
         else
-            source = PyObject_CallMethod(np, "array", "O", array);
+            source = numpy_c_copy(np, array);
     }
     Py_XDECREF(c_contig);
     Py_XDECREF(writeable);
