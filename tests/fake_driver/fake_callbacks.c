@@ -46,11 +46,11 @@ static void fake_call(const fake_handoff *h)
         fake_running_kind = "stream callback";
         void *data = it->u.callback.data;
         if (it->u.callback.api == FAKE_CB_CUDA)
-            ((cu_stream_callback)it->u.callback.fn)((cu_stream)h->stream,
-                                                    h->status, data);
+            ((cu_stream_callback)it->u.callback.fn)(
+                (cu_stream)h->stream->handle, h->status, data);
         else
-            ((hip_stream_callback)it->u.callback.fn)((hip_stream)h->stream,
-                                                     h->status, data);
+            ((hip_stream_callback)it->u.callback.fn)(
+                (hip_stream)h->stream->handle, h->status, data);
     }
     fake_running_kind = NULL;
 }

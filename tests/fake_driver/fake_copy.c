@@ -196,7 +196,8 @@ void fake_transfer_run(fake_stream *s, fake_item *it, unsigned err)
 static unsigned fake_run_now(fake_stream *s, const char *entry,
                              const fake_transfer *x)
 {
-    s->refs++; /* it may be destroyed meanwhile */
+    s->refs++;              /* it may be destroyed meanwhile */
+    fake_implicit_waits(s); /* so that draining s covers them */
     if (!fake_drain_stream(s))
         fake_violation("%s with pageable host memory would deadlock: its "
                        "stream is still busy after %d s; a real driver "

@@ -313,8 +313,25 @@ cu_result cuStreamCreate(cu_stream *stream, unsigned int flags)
     return fake_stream_create(dev, flags, (void **)stream);
 }
 
-/* The fake has no legacy NULL stream: passing 0 is INVALID_HANDLE, so a
- * backend that uses it (SPEC: every queue is a stream of its own) fails. */
+unsigned fake_cuda_stream(cu_stream handle, void **stream)
+{
+    uintptr_t value = (uintptr_t)handle;
+    int dev;
+    if (value != 0x1 && value != 0x2) {
+        *stream = handle;
+        return FAKE_E_OK;
+    }
+    unsigned rc = fake_cuda_current_device(&dev);
+    if (rc != FAKE_E_OK)
+        return rc;
+    return fake_special_stream(value == 0x1 ? FAKE_SPECIAL_LEGACY
+                                            : FAKE_SPECIAL_PER_THREAD,
+                               dev, stream);
+}
+
+/* The fake refuses the NULL stream: passing 0 is INVALID_HANDLE, so a
+ * backend that uses it (SPEC: every queue is a stream of its own) fails.
+ * The special streams cannot be destroyed either (INVALID_HANDLE). */
 cu_result cuStreamDestroy(cu_stream stream)
 {
     FAKE_CU_BEGIN(cuStreamDestroy);
@@ -324,12 +341,14 @@ cu_result cuStreamDestroy(cu_stream stream)
 cu_result cuStreamQuery(cu_stream stream)
 {
     FAKE_CU_BEGIN(cuStreamQuery);
+    FAKE_CU_STREAM(stream);
     return fake_stream_query(stream);
 }
 
 cu_result cuStreamSynchronize(cu_stream stream)
 {
     FAKE_CU_BEGIN(cuStreamSynchronize);
+    FAKE_CU_STREAM(stream);
     return fake_stream_synchronize(stream);
 }
 
@@ -337,6 +356,7 @@ cu_result cuStreamWaitEvent(cu_stream stream, cu_event event,
                             unsigned int flags)
 {
     FAKE_CU_BEGIN(cuStreamWaitEvent);
+    FAKE_CU_STREAM(stream);
     if (flags != 0)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_wait_event(stream, event);
@@ -347,6 +367,7 @@ cu_result cuStreamWaitValue64(cu_stream stream, cu_deviceptr addr,
 {
     enum { FLUSH = 1u << 30 };
     FAKE_CU_BEGIN(cuStreamWaitValue64);
+    FAKE_CU_STREAM(stream);
     if (!fake_cfg()->stream_mem_ops)
         return FAKE_E_NOT_SUPPORTED; /* a device or driver without them */
     if ((flags & ~(3u | FLUSH)) != 0)
@@ -358,6 +379,7 @@ cu_result cuStreamWaitValue64(cu_stream stream, cu_deviceptr addr,
 cu_result cuLaunchHostFunc(cu_stream stream, cu_host_fn fn, void *user_data)
 {
     FAKE_CU_BEGIN(cuLaunchHostFunc);
+    FAKE_CU_STREAM(stream);
     return fake_stream_host_fn(stream, fn, user_data);
 }
 
@@ -365,6 +387,7 @@ cu_result cuStreamAddCallback(cu_stream stream, cu_stream_callback callback,
                               void *user_data, unsigned int flags)
 {
     FAKE_CU_BEGIN(cuStreamAddCallback);
+    FAKE_CU_STREAM(stream);
     if (flags != 0)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_callback(stream, FAKE_CB_CUDA, (void (*)(void))callback,
@@ -395,6 +418,7 @@ cu_result cuEventDestroy(cu_event event)
 cu_result cuEventRecord(cu_event event, cu_stream stream)
 {
     FAKE_CU_BEGIN(cuEventRecord);
+    FAKE_CU_STREAM(stream);
     return fake_event_record(event, stream);
 }
 

@@ -70,9 +70,12 @@ static size_t fake_probe(uintptr_t p)
     }
 }
 
+/* Handles 0 and 1 are never objects, and 1 marks a tombstone: looking it
+ * up would find one (HIP is given 1, CU_STREAM_LEGACY's value, as a
+ * made-up handle). */
 static bool fake_registered(const void *h)
 {
-    return fake_handles.cap != 0 && h != NULL &&
+    return fake_handles.cap != 0 && (uintptr_t)h > FAKE_TOMBSTONE &&
            fake_handles.slots[fake_probe((uintptr_t)h)] == (uintptr_t)h;
 }
 
@@ -170,6 +173,8 @@ static void fake_item_free(fake_item *it)
         fake_transfer_release(&it->u.xfer);
     else if (it->type == FAKE_ITEM_ALLOC || it->type == FAKE_ITEM_FREE)
         fake_dmem_unref(it->u.dmem);
+    else if (it->type == FAKE_ITEM_WAIT_STREAM)
+        fake_stream_unref(it->u.behind.stream);
     free(it);
 }
 
@@ -231,6 +236,10 @@ static void fake_run(fake_stream *s, fake_item *it)
         while (err == 0 && !it->u.mark->done)
             pthread_cond_wait(&fake_changed, &fake_lock);
         break;
+    case FAKE_ITEM_WAIT_STREAM:
+        while (err == 0 && it->u.behind.stream->completed < it->u.behind.target)
+            pthread_cond_wait(&fake_changed, &fake_lock);
+        break;
     case FAKE_ITEM_WAIT_VALUE:
         if (err == 0)
             fake_poll_value(s, it);
@@ -266,7 +275,8 @@ static void *fake_worker(void *arg)
         s->completed++;
         pthread_cond_broadcast(&fake_changed);
     }
-    fake_live_threads--;
+    if ((s->flags & FAKE_STREAM_SPECIAL) == 0)
+        fake_live_threads--;
     fake_stream_unref(s);
     pthread_mutex_unlock(&fake_lock);
     return NULL;
@@ -299,6 +309,7 @@ unsigned fake_stream_create(int device, unsigned flags, void **out)
     s->kind = FAKE_KIND_STREAM;
     s->device = device;
     s->flags = flags;
+    s->handle = s;
     s->refs = 1; /* the worker's */
     pthread_cond_init(&s->wake, NULL);
     pthread_mutex_lock(&fake_lock);
@@ -313,26 +324,46 @@ unsigned fake_stream_create(int device, unsigned flags, void **out)
     }
     s->next_all = fake_all_streams;
     fake_all_streams = s;
-    fake_live_threads++;
-    fake_live_streams++;
+    /* The counters are the application's streams: the special ones live
+     * as long as the driver (or their thread) does. */
+    if ((flags & FAKE_STREAM_SPECIAL) == 0) {
+        fake_live_threads++;
+        fake_live_streams++;
+    }
     pthread_mutex_unlock(&fake_lock);
     *out = s;
     return FAKE_E_OK;
 }
 
 /* As CUDA documents: work still pending completes, then the resources go. */
+static void fake_stream_end(fake_stream *s)
+{
+    fake_unregister(s);
+    if ((s->flags & FAKE_STREAM_SPECIAL) == 0)
+        fake_live_streams--;
+    s->destroyed = true;
+    pthread_cond_signal(&s->wake);
+}
+
 unsigned fake_stream_destroy(void *h)
 {
     pthread_mutex_lock(&fake_lock);
     fake_stream *s = fake_find_stream(h);
-    if (s != NULL) {
-        fake_unregister(s);
-        fake_live_streams--;
-        s->destroyed = true;
-        pthread_cond_signal(&s->wake);
-    }
+    if (s != NULL && (s->flags & FAKE_STREAM_SPECIAL) != 0)
+        s = NULL; /* the driver's own: nobody destroys it through the API */
+    if (s != NULL)
+        fake_stream_end(s);
     pthread_mutex_unlock(&fake_lock);
     return s != NULL ? FAKE_E_OK : FAKE_E_INVALID_HANDLE;
+}
+
+void fake_stream_retire(void *h)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_stream *s = fake_find_stream(h);
+    if (s != NULL)
+        fake_stream_end(s);
+    pthread_mutex_unlock(&fake_lock);
 }
 
 unsigned fake_stream_query(void *h)
@@ -453,7 +484,17 @@ static bool fake_wait_for_room(fake_stream *s)
 
 /* ---- Enqueueing ----------------------------------------------------- */
 
-void fake_enqueue(fake_stream *s, fake_item *it)
+static bool fake_is_legacy(const fake_stream *s)
+{
+    return (s->flags & (FAKE_STREAM_LEGACY | FAKE_STREAM_NULL)) != 0;
+}
+
+static bool fake_is_blocking(const fake_stream *s)
+{
+    return (s->flags & FAKE_STREAM_NON_BLOCKING) == 0 && !fake_is_legacy(s);
+}
+
+static void fake_append(fake_stream *s, fake_item *it)
 {
     it->next = NULL;
     if (s->tail != NULL)
@@ -463,6 +504,39 @@ void fake_enqueue(fake_stream *s, fake_item *it)
     s->tail = it;
     s->submitted++;
     pthread_cond_signal(&s->wake);
+}
+
+/* Waits on `s` until `other` has completed what was submitted to it so
+ * far; nothing when it has (or there is no memory to wait with). */
+static void fake_wait_behind(fake_stream *s, fake_stream *other)
+{
+    if (other->completed == other->submitted)
+        return;
+    fake_item *w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return;
+    w->type = FAKE_ITEM_WAIT_STREAM;
+    w->entry = fake_current_entry_name();
+    w->u.behind.stream = other;
+    w->u.behind.target = other->submitted;
+    other->refs++;
+    fake_append(s, w);
+}
+
+void fake_implicit_waits(fake_stream *s)
+{
+    if ((s->flags & FAKE_STREAM_NON_BLOCKING) != 0)
+        return; /* every stream of the project's backends */
+    for (fake_stream *o = fake_all_streams; o != NULL; o = o->next_all)
+        if (o != s && o->device == s->device &&
+            (fake_is_legacy(s) ? fake_is_blocking(o) : fake_is_legacy(o)))
+            fake_wait_behind(s, o);
+}
+
+void fake_enqueue(fake_stream *s, fake_item *it)
+{
+    fake_implicit_waits(s);
+    fake_append(s, it);
 }
 
 unsigned fake_begin_item(void *h, fake_stream **s, fake_item **it)
@@ -748,6 +822,17 @@ FAKE_EXPORT unsigned fake_gpu_stream_flags(void *stream)
     unsigned flags = s != NULL ? s->flags : ~0u;
     pthread_mutex_unlock(&fake_lock);
     return flags;
+}
+
+FAKE_EXPORT void *fake_gpu_special_stream(const char *which, int device)
+{
+    static const char *const names[] = {"legacy", "per_thread", "null"};
+    void *s = NULL;
+    for (int i = 0; which != NULL && i < 3; i++)
+        if (strcmp(which, names[i]) == 0 &&
+            fake_special_stream((enum fake_special)i, device, &s) != FAKE_E_OK)
+            s = NULL;
+    return s;
 }
 
 FAKE_EXPORT int fake_gpu_threads(void)

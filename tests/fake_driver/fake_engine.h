@@ -90,8 +90,9 @@ enum fake_item_type {
     FAKE_ITEM_HOST_FN,
     FAKE_ITEM_CALLBACK,
     FAKE_ITEM_TRANSFER,
-    FAKE_ITEM_ALLOC, /* a stream-ordered allocation takes effect */
-    FAKE_ITEM_FREE,  /* a stream-ordered free takes effect */
+    FAKE_ITEM_ALLOC,       /* a stream-ordered allocation takes effect */
+    FAKE_ITEM_FREE,        /* a stream-ordered free takes effect */
+    FAKE_ITEM_WAIT_STREAM, /* the implicit wait of a legacy stream */
 };
 
 typedef struct fake_item {
@@ -117,14 +118,19 @@ typedef struct fake_item {
         } callback;
         fake_transfer xfer;
         fake_dmem *dmem;
+        struct {
+            struct fake_stream *stream; /* held */
+            uint64_t target; /* until it has completed this many items */
+        } behind;
     } u;
 } fake_item;
 
 typedef struct fake_stream {
     int kind;
     int device;
-    unsigned flags;
-    int refs; /* the worker thread + host threads waiting on it */
+    unsigned flags; /* FAKE_STREAM_SPECIAL bits for the special streams */
+    void *handle;   /* what callbacks are told: the API's handle of it */
+    int refs;       /* the worker thread + host threads waiting on it */
     pthread_cond_t wake;
     fake_item *head, *tail;
     uint64_t submitted, completed;
@@ -141,8 +147,15 @@ fake_stream *fake_find_stream(void *h);
 /* Finds the stream, waits for room in its queue and allocates an item for
  * it, or fails with fake_lock released.  On success fake_lock is held. */
 unsigned fake_begin_item(void *h, fake_stream **s, fake_item **it);
-/* Appends an item to the valid stream `s`. */
+/* Appends an item to the valid stream `s`, after the implicit waits. */
 void fake_enqueue(fake_stream *s, fake_item *it);
+/* The legacy default stream's implicit synchronisation (CUDA's legacy
+ * stream, HIP's null stream): work submitted to it waits for the work
+ * already submitted to every blocking stream of its device, and work
+ * submitted to a blocking stream (created without NON_BLOCKING; the
+ * per-thread default stream is one) waits for the work already submitted
+ * to it.  Appends those waits to `s`; fake_enqueue calls it. */
+void fake_implicit_waits(fake_stream *s);
 void fake_stream_unref(fake_stream *s);
 
 /* Starts a detached thread with every signal blocked, so that signals keep

@@ -42,6 +42,35 @@
             return fake_rc_;                                                   \
     } while (0)
 
+/* The drivers' special stream handles, resolved before the engine sees
+ * them (fake_special.c): a stream parameter named `stream` is rebound to
+ * the engine stream it names, or the entry point returns the error. */
+#define FAKE_CU_STREAM(stream)                                                 \
+    do {                                                                       \
+        void *fake_named_;                                                     \
+        unsigned fake_rs_ = fake_cuda_stream(stream, &fake_named_);            \
+        if (fake_rs_ != 0)                                                     \
+            return fake_rs_;                                                   \
+        stream = fake_named_;                                                  \
+    } while (0)
+#define FAKE_HIP_STREAM(stream)                                                \
+    do {                                                                       \
+        void *fake_named_;                                                     \
+        unsigned fake_rs_ = fake_hip_stream(stream, &fake_named_);             \
+        if (fake_rs_ != 0)                                                     \
+            return fake_rs_;                                                   \
+        stream = fake_named_;                                                  \
+    } while (0)
+
+/* CU_STREAM_LEGACY (0x1) and CU_STREAM_PER_THREAD (0x2): those of the
+ * current context's device (INVALID_CONTEXT without one).  Any other
+ * handle is passed on as it is, 0 included: CUDA's NULL stream is the
+ * legacy stream too, but the fake refuses it (INVALID_HANDLE) so that a
+ * backend that leaves a stream handle zero fails loudly. */
+unsigned fake_cuda_stream(cu_stream handle, void **stream);
+/* 0: the null stream of the current device. */
+unsigned fake_hip_stream(hip_stream handle, void **stream);
+
 bool fake_cuda_initialized(void);
 /* The device of the calling thread's current context: INVALID_CONTEXT
  * without one, which catches a backend that forgot to push its context. */

@@ -41,7 +41,14 @@ enum {
  * project's headers prefix theirs and may rename them; the values are the
  * drivers' and never change. */
 enum {
-    FAKE_STREAM_NON_BLOCKING = 0x1,  /* CU_ / hipStreamNonBlocking */
+    FAKE_STREAM_NON_BLOCKING = 0x1, /* CU_ / hipStreamNonBlocking */
+    /* The fake's own flags of the drivers' special streams (never accepted
+     * from a caller; fake_gpu_stream_flags reports them). */
+    FAKE_STREAM_LEGACY = 0x100,     /* CUDA's CU_STREAM_LEGACY (0x1) */
+    FAKE_STREAM_PER_THREAD = 0x200, /* CUDA's CU_STREAM_PER_THREAD (0x2) */
+    FAKE_STREAM_NULL = 0x400,       /* HIP's null stream (0) */
+    FAKE_STREAM_SPECIAL =
+        FAKE_STREAM_LEGACY | FAKE_STREAM_PER_THREAD | FAKE_STREAM_NULL,
     FAKE_EVENT_DISABLE_TIMING = 0x2, /* CU_ / hipEventDisableTiming */
     FAKE_CU_MEMHOSTALLOC_DEVICEMAP = 0x2,
     FAKE_CU_ATTR_INTEGRATED = 18,
@@ -170,7 +177,22 @@ const char *fake_error_string(unsigned code, bool hip);
 enum fake_callback_api { FAKE_CB_CUDA, FAKE_CB_HIP };
 
 unsigned fake_stream_create(int device, unsigned flags, void **out);
+/* INVALID_HANDLE for a special stream: only its owner retires it. */
 unsigned fake_stream_destroy(void *stream);
+
+/* The drivers' special stream handles (fake_special.c), resolved by the
+ * fronts before they reach the engine: CUDA's CU_STREAM_LEGACY and
+ * CU_STREAM_PER_THREAD in the current context's device, HIP's null stream
+ * in the current device.  Each is a stream of the engine made on first
+ * use; a per-thread one is retired when its thread exits. */
+enum fake_special {
+    FAKE_SPECIAL_LEGACY,
+    FAKE_SPECIAL_PER_THREAD,
+    FAKE_SPECIAL_NULL
+};
+unsigned fake_special_stream(enum fake_special which, int device, void **out);
+/* Destroys a special stream (its pending work still completes). */
+void fake_stream_retire(void *stream);
 unsigned fake_stream_query(void *stream);
 unsigned fake_stream_synchronize(void *stream);
 unsigned fake_stream_wait_event(void *stream, void *event);
@@ -244,6 +266,7 @@ FAKE_EXPORT int fake_gpu_calls(const char *entry_point);
 FAKE_EXPORT int fake_gpu_live(const char *kind);
 FAKE_EXPORT int fake_gpu_async_error(void *stream, int error_code);
 FAKE_EXPORT unsigned fake_gpu_stream_flags(void *stream);
+FAKE_EXPORT void *fake_gpu_special_stream(const char *which, int device);
 FAKE_EXPORT int fake_gpu_threads(void);
 FAKE_EXPORT int fake_gpu_violations(void);
 FAKE_EXPORT const char *fake_gpu_violation(int i);

@@ -205,8 +205,20 @@ hip_result hipStreamCreateWithFlags(hip_stream *stream, unsigned int flags)
                            : fake_stream_create(dev, flags, (void **)stream);
 }
 
-/* The fake has no null stream: 0 is hipErrorInvalidHandle, so a backend
- * that uses it (SPEC: every queue is a stream of its own) fails. */
+unsigned fake_hip_stream(hip_stream handle, void **stream)
+{
+    int dev;
+    if (handle != NULL) {
+        *stream = handle;
+        return FAKE_E_OK;
+    }
+    unsigned rc = fake_hip_current_device(&dev);
+    return rc != FAKE_E_OK
+               ? rc
+               : fake_special_stream(FAKE_SPECIAL_NULL, dev, stream);
+}
+
+/* The null stream cannot be destroyed (hipErrorInvalidHandle). */
 hip_result hipStreamDestroy(hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipStreamDestroy);
@@ -216,12 +228,14 @@ hip_result hipStreamDestroy(hip_stream stream)
 hip_result hipStreamQuery(hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipStreamQuery);
+    FAKE_HIP_STREAM(stream);
     return fake_stream_query(stream);
 }
 
 hip_result hipStreamSynchronize(hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipStreamSynchronize);
+    FAKE_HIP_STREAM(stream);
     return fake_stream_synchronize(stream);
 }
 
@@ -229,6 +243,7 @@ hip_result hipStreamWaitEvent(hip_stream stream, hip_event event,
                               unsigned int flags)
 {
     FAKE_HIP_BEGIN(hipStreamWaitEvent);
+    FAKE_HIP_STREAM(stream);
     if (flags != 0)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_wait_event(stream, event);
@@ -240,6 +255,7 @@ hip_result hipStreamWaitValue64(hip_stream stream, void *ptr, uint64_t value,
                                 unsigned int flags, uint64_t mask)
 {
     FAKE_HIP_BEGIN(hipStreamWaitValue64);
+    FAKE_HIP_STREAM(stream);
     if (!fake_cfg()->stream_mem_ops)
         return FAKE_E_NOT_SUPPORTED; /* a device without them */
     if (flags > 3)
@@ -250,6 +266,7 @@ hip_result hipStreamWaitValue64(hip_stream stream, void *ptr, uint64_t value,
 hip_result hipLaunchHostFunc(hip_stream stream, hip_host_fn fn, void *user_data)
 {
     FAKE_HIP_BEGIN(hipLaunchHostFunc);
+    FAKE_HIP_STREAM(stream);
     return fake_stream_host_fn(stream, fn, user_data);
 }
 
@@ -257,6 +274,7 @@ hip_result hipStreamAddCallback(hip_stream stream, hip_stream_callback callback,
                                 void *user_data, unsigned int flags)
 {
     FAKE_HIP_BEGIN(hipStreamAddCallback);
+    FAKE_HIP_STREAM(stream);
     if (flags != 0)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_callback(stream, FAKE_CB_HIP, (void (*)(void))callback,
@@ -287,6 +305,7 @@ hip_result hipEventDestroy(hip_event event)
 hip_result hipEventRecord(hip_event event, hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipEventRecord);
+    FAKE_HIP_STREAM(stream);
     return fake_event_record(event, stream);
 }
 

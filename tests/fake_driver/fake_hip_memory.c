@@ -52,6 +52,7 @@ hip_result hipMallocAsync(void **ptr, size_t bytes, hip_stream stream)
 {
     uintptr_t p;
     FAKE_HIP_BEGIN(hipMallocAsync);
+    FAKE_HIP_STREAM(stream);
     if (!fake_cfg()->memory_pools)
         return FAKE_E_NOT_SUPPORTED;
     if (ptr == NULL)
@@ -69,6 +70,7 @@ hip_result hipMallocAsync(void **ptr, size_t bytes, hip_stream stream)
 hip_result hipFreeAsync(void *ptr, hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipFreeAsync);
+    FAKE_HIP_STREAM(stream);
     if (!fake_cfg()->memory_pools)
         return FAKE_E_NOT_SUPPORTED;
     return ptr == NULL ? FAKE_E_OK
@@ -94,6 +96,7 @@ hip_result hipMemcpyHtoDAsync(void *dst, void *src, size_t bytes,
                               hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipMemcpyHtoDAsync);
+    FAKE_HIP_STREAM(stream);
     fake_side d = fake_device_side(dst, bytes), s = fake_host_side(src, bytes);
     return fake_copy(stream, &d, &s, bytes, 1);
 }
@@ -102,6 +105,7 @@ hip_result hipMemcpyDtoHAsync(void *dst, void *src, size_t bytes,
                               hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipMemcpyDtoHAsync);
+    FAKE_HIP_STREAM(stream);
     fake_side d = fake_host_side(dst, bytes), s = fake_device_side(src, bytes);
     return fake_copy(stream, &d, &s, bytes, 1);
 }
@@ -110,6 +114,7 @@ hip_result hipMemcpyDtoDAsync(void *dst, void *src, size_t bytes,
                               hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipMemcpyDtoDAsync);
+    FAKE_HIP_STREAM(stream);
     fake_side d = fake_device_side(dst, bytes);
     fake_side s = fake_device_side(src, bytes);
     return fake_copy(stream, &d, &s, bytes, 1);
@@ -120,6 +125,7 @@ hip_result hipMemcpyPeerAsync(void *dst, int dst_device, const void *src,
                               int src_device, size_t bytes, hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipMemcpyPeerAsync);
+    FAKE_HIP_STREAM(stream);
     if (!fake_valid_device(dst_device) || !fake_valid_device(src_device))
         return FAKE_E_INVALID_DEVICE;
     fake_side d = fake_device_side(dst, bytes);
@@ -136,6 +142,7 @@ hip_result hipMemcpy2DAsync(void *dst, size_t dst_pitch, const void *src,
                             hip_memcpy_kind kind, hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipMemcpy2DAsync);
+    FAKE_HIP_STREAM(stream);
     if (kind > FAKE_HIP_MEMCPY_DEFAULT)
         return FAKE_HIP_INVALID_MEMCPY_DIRECTION;
     fake_side d = fake_host_side(dst, dst_pitch);
@@ -155,6 +162,7 @@ hip_result hipMemsetD8Async(void *dst, unsigned char value, size_t count,
                             hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipMemsetD8Async);
+    FAKE_HIP_STREAM(stream);
     return fake_fill(stream, (uintptr_t)dst, 1, value, count);
 }
 
@@ -162,6 +170,7 @@ hip_result hipMemsetD16Async(void *dst, unsigned short value, size_t count,
                              hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipMemsetD16Async);
+    FAKE_HIP_STREAM(stream);
     return fake_fill(stream, (uintptr_t)dst, 2, value, count);
 }
 
@@ -169,5 +178,6 @@ hip_result hipMemsetD32Async(void *dst, int value, size_t count,
                              hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipMemsetD32Async);
+    FAKE_HIP_STREAM(stream);
     return fake_fill(stream, (uintptr_t)dst, 4, (uint32_t)value, count);
 }

@@ -137,6 +137,7 @@ SIGNATURES = {
     "fake_gpu_live": [ctypes.c_char_p],
     "fake_gpu_async_error": [P, INT],
     "fake_gpu_stream_flags": [P],
+    "fake_gpu_special_stream": [ctypes.c_char_p, INT],
     "fake_gpu_threads": [],
     "fake_gpu_violations": [],
     "fake_gpu_violation": [INT],
@@ -147,6 +148,7 @@ RESTYPES = {
     "hipGetErrorString": ctypes.c_char_p,
     "fake_gpu_reset": None,
     "fake_gpu_stream_flags": ctypes.c_uint,
+    "fake_gpu_special_stream": ctypes.c_void_p,
     "fake_gpu_violation": ctypes.c_char_p,
     "fake_gpu_clear_violations": None,
 }
