@@ -139,6 +139,9 @@ PyObject *binding_buffer_dlpack(PyObject *self, PyObject *const *args,
 PyObject *binding_buffer_dlpack_device(PyObject *self, PyObject *unused);
 PyObject *binding_buffer_mmap(PyObject *cls, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames);
+PyObject *binding_buffer_array(PyObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames);
+PyObject *binding_buffer_cuda_array_interface(PyObject *self, void *closure);
 
 /* DLPack and NumPy (dlpack.c). */
 PyObject *binding_from_numpy(PyObject *cls, PyObject *array);

@@ -607,6 +607,10 @@ static PyGetSetDef buffer_getset[] = {
     {"pinned", buffer_get_pinned, NULL,
      "True for host memory pinned and mapped into an accelerator.", NULL},
     {"usage", buffer_get_usage, NULL, "The Usage asked for.", NULL},
+    {"__cuda_array_interface__", binding_buffer_cuda_array_interface, NULL,
+     "The CUDA array interface (version 3, with the buffer's queue as its "
+     "stream); CUDA buffers only.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -787,6 +791,11 @@ static PyMethodDef buffer_methods[] = {
                  "A DLPack capsule over the buffer's elements (versioned when "
                  "max_version >= (1, 0)), ordered after the buffer's queue as "
                  "the array API's stream argument says.")},
+    {"__array__", FASTCALL_KW(binding_buffer_array),
+     METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("__array__", "($self, /, dtype=None, copy=None)",
+                 "numpy.asarray(buf): to_numpy() (a zero-copy alias of host "
+                 "memory), converted to `dtype` or copied when asked.")},
     {"__dlpack_device__", binding_buffer_dlpack_device, METH_NOARGS,
      BINDING_DOC("__dlpack_device__", "($self, /)",
                  "(device_type, device_id) as DLPack names the memory.")},

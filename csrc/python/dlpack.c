@@ -927,3 +927,115 @@ PyObject *binding_from_numpy(PyObject *cls, PyObject *array)
     Py_DECREF(capsule);
     return b;
 }
+
+/* ---- numpy.asarray(buf) and __cuda_array_interface__ ------------------------ */
+
+static const char *const array_names[] = {"dtype", "copy"};
+
+/* numpy.asarray(buf) [beyond MAX]: to_numpy() (a zero-copy alias of host
+ * memory, a copy of device memory), then NumPy's dtype and copy rules. */
+PyObject *binding_buffer_array(PyObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    const binding_params params = {"__array__", array_names, 2, 0};
+    PyObject *argv[2];
+    int copy;
+    if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0 ||
+        parse_copy(argv[1], &copy) < 0)
+        return NULL;
+    if (copy == 0 && mxd_memory_host(as_buffer(self)->memory) == NULL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "__array__(copy=False): accelerator memory reaches "
+                        "NumPy only as a copy");
+        return NULL;
+    }
+    PyObject *array = binding_to_numpy(self, NULL);
+    if (array != NULL && argv[0] != NULL && argv[0] != Py_None)
+        Py_SETREF(array, PyObject_CallMethod(array, "astype", "O", argv[0]));
+    if (array != NULL && copy == 1)
+        Py_SETREF(array, PyObject_CallMethod(array, "copy", NULL));
+    return array;
+}
+
+/* NumPy's array-interface type string of the dtype's NumPy mapping
+ * (float8/6/4 as raw bytes, bfloat16 as 2-byte opaque values). */
+static const char *typestr(const mxd_dtype_info *info)
+{
+    switch (info->code) {
+    case MXD_DTYPE_BOOL: return "|b1";
+    case MXD_DTYPE_INT8: return "|i1";
+    case MXD_DTYPE_INT16: return "<i2";
+    case MXD_DTYPE_INT32: return "<i4";
+    case MXD_DTYPE_INT64: return "<i8";
+    case MXD_DTYPE_UINT16: return "<u2";
+    case MXD_DTYPE_UINT32: return "<u4";
+    case MXD_DTYPE_UINT64: return "<u8";
+    case MXD_DTYPE_FLOAT16: return "<f2";
+    case MXD_DTYPE_FLOAT32: return "<f4";
+    case MXD_DTYPE_FLOAT64: return "<f8";
+    case MXD_DTYPE_BFLOAT16: return "<V2";
+    default: return "|u1"; /* uint8 and the sub-byte and float8 types */
+    }
+}
+
+static PyObject *byte_strides(BufferObject *b)
+{
+    mxd_layout layout = binding_buffer_layout(b);
+    if (mxd_layout_is_contiguous(&layout))
+        Py_RETURN_NONE; /* version 3: None means C-contiguous */
+    PyObject *tuple = PyTuple_New(buffer_rank(b));
+    for (int i = 0; tuple && i < buffer_rank(b); i++) {
+        PyObject *s = PyLong_FromLongLong(buffer_strides(b)[i] *
+                                          layout.element_size);
+        if (s == NULL) {
+            Py_CLEAR(tuple);
+            break;
+        }
+        PyTuple_SET_ITEM(tuple, i, s);
+    }
+    return tuple;
+}
+
+/* A property only CUDA buffers have (hasattr is False elsewhere). */
+PyObject *binding_buffer_cuda_array_interface(PyObject *self, void *closure)
+{
+    (void)closure;
+    BufferObject *b = as_buffer(self);
+    mxd_device *dev = mxd_memory_device(b->memory);
+    if (strcmp(mxd_device_api(dev), "cuda") != 0) {
+        PyErr_Format(PyExc_AttributeError,
+                     "'%.100s' object has no attribute "
+                     "'__cuda_array_interface__' (the buffer is in %s "
+                     "memory, not CUDA memory)",
+                     Py_TYPE(self)->tp_name, mxd_device_api(dev));
+        return NULL;
+    }
+    uintptr_t stream = mxd_queue_native_handle(binding_buffer_queue(b));
+    PyObject *shape = PyTuple_New(buffer_rank(b));
+    for (int i = 0; shape && i < buffer_rank(b); i++) {
+        PyObject *n = PyLong_FromLongLong(buffer_shape(b)[i]);
+        if (n == NULL) {
+            Py_CLEAR(shape);
+            break;
+        }
+        PyTuple_SET_ITEM(shape, i, n);
+    }
+    PyObject *strides = shape ? byte_strides(b) : NULL;
+    PyObject *stream_obj =
+        strides ? (stream ? PyLong_FromSize_t(stream) : Py_NewRef(Py_None))
+                : NULL;
+    uintptr_t data = mxd_memory_device_ptr(b->memory) + (uintptr_t)b->offset;
+    PyObject *cai =
+        stream_obj ? Py_BuildValue("{s:N,s:s,s:(NO),s:i,s:N,s:N}", "shape",
+                                   shape, "typestr", typestr(buffer_dtype(b)),
+                                   "data", PyLong_FromSize_t(data), Py_False,
+                                   "version", 3, "strides", strides, "stream",
+                                   stream_obj)
+                   : NULL;
+    if (cai == NULL) {
+        Py_XDECREF(shape);
+        Py_XDECREF(strides);
+        Py_XDECREF(stream_obj);
+    }
+    return cai;
+}
