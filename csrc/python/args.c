@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-/* ---- Positional-or-keyword parameters ---------------------------------- */
+/* ---- Positional-or-keyword parameters ----------------------------------- */
 
 static Py_ssize_t find_param(const binding_params *params, PyObject *name)
 {
@@ -106,7 +106,7 @@ int binding_parse_tuple(const binding_params *params, PyObject *args,
     return check_required(params, out);
 }
 
-/* ---- Value conversions ------------------------------------------------- */
+/* ---- Value conversions -------------------------------------------------- */
 
 /* Only ints and objects with __index__ count as integers: a float or a str
  * is a type error, never silently truncated. */
@@ -262,7 +262,7 @@ int binding_check_callable(const char *fname, const char *param, PyObject *obj)
     return -1;
 }
 
-/* ---- The overload TypeError (SPEC §4) ---------------------------------- */
+/* ---- The overload TypeError (SPEC §4) ----------------------------------- */
 
 static int append_type_name(PyObject *parts, PyObject *obj)
 {
@@ -357,7 +357,7 @@ PyObject *binding_overload_error(const char *fname,
     return NULL;
 }
 
-/* ---- Interruptible waits ----------------------------------------------- */
+/* ---- Interruptible waits ------------------------------------------------ */
 
 /* Signal handlers run only on the main thread, so only waits there need to
  * come back for them; other threads wait without touching the GIL. */

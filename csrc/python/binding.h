@@ -16,7 +16,7 @@
 #include "memory.h"
 #include "mxd.h"
 
-/* ---- Module state ------------------------------------------------------ */
+/* ---- Module state ------------------------------------------------------- */
 
 /* Per-module-object state: the heap types and the cached Device objects
  * (so that CPU() is CPU() and queue.device is the same object). */
@@ -32,14 +32,17 @@ typedef struct binding_state {
     PyObject *dtype_type;             /* max.dtype.DType */
     /* The DType members, in mxd_dtype_at() order. */
     PyObject *dtypes[MXD_DTYPE_MEMBERS];
-    PyObject *usage_type;    /* Usage, an enum.Flag */
-    PyObject *usages[2];     /* Usage.DEFAULT, Usage.STAGING */
-    PyObject *cpu;           /* the one CPU Device object */
-    PyObject **accelerators; /* per id, created on first use */
+    PyTypeObject *trace_entry_type; /* LaunchTraceEntry */
+    PyObject *operation_kind;       /* LaunchTraceEntry.OperationKind */
+    PyObject *memcpy_kind;          /* LaunchTraceEntry.MemcpyKind */
+    PyObject *usage_type;           /* Usage, an enum.Flag */
+    PyObject *usages[2];            /* Usage.DEFAULT, Usage.STAGING */
+    PyObject *cpu;                  /* the one CPU Device object */
+    PyObject **accelerators;        /* per id, created on first use */
     int accelerator_count;
 } binding_state;
 
-/* ---- Buffers (buffer.c, buffer_view.c, buffer_copy.c, dlpack.c) ------- */
+/* ---- Buffers (buffer.c, buffer_view.c, buffer_copy.c, dlpack.c) --------- */
 
 enum { BUFFER_USAGE_DEFAULT = 0, BUFFER_USAGE_STAGING = 1 };
 
@@ -119,6 +122,9 @@ int binding_encode_scalar(const char *fname, const mxd_dtype_info *info,
                           PyObject *value, void *element);
 
 int binding_add_buffer_types(PyObject *module, binding_state *st);
+int binding_add_trace_type(PyObject *module, binding_state *st);
+PyObject *binding_begin_launch_trace(PyObject *module, PyObject *unused);
+PyObject *binding_take_launch_trace(PyObject *module, PyObject *unused);
 
 /* The methods the Buffer type lists (buffer.c), from the other files. */
 PyObject *binding_buffer_subscript(PyObject *self, PyObject *key);
@@ -159,7 +165,7 @@ static inline binding_state *binding_state_of(PyObject *self)
     return (binding_state *)PyType_GetModuleState(Py_TYPE(self));
 }
 
-/* ---- Object layouts ---------------------------------------------------- */
+/* ---- Object layouts ----------------------------------------------------- */
 
 typedef struct DeviceObject {
     PyObject_HEAD
@@ -187,7 +193,7 @@ typedef struct FlagObject {
     mxd_flag *flag; /* one reference owned */
 } FlagObject;
 
-/* ---- Type creation (one per file) -------------------------------------- */
+/* ---- Type creation (one per file) --------------------------------------- */
 
 /* Creates a heap type of the module from spec (with `base`, may be NULL)
  * and adds it to the module: a new reference, or NULL with an exception. */
@@ -199,7 +205,7 @@ int binding_add_queue_type(PyObject *module, binding_state *st);
 int binding_add_event_type(PyObject *module, binding_state *st);
 int binding_add_flag_type(PyObject *module, binding_state *st);
 
-/* ---- Cross-type helpers ------------------------------------------------ */
+/* ---- Cross-type helpers ------------------------------------------------- */
 
 /* __eq__ / __ne__ of a type whose objects wrap a native object: equal iff
  * both wrap the same one.  `native_offset` locates the wrapper's pointer
@@ -218,7 +224,7 @@ PyObject *binding_device_default_queue(DeviceObject *self);
  * is consumed even on failure. */
 PyObject *binding_queue_wrap(binding_state *st, mxd_queue *queue);
 
-/* ---- Errors (errors.c) ------------------------------------------------- */
+/* ---- Errors (errors.c) -------------------------------------------------- */
 
 /* Sets the Python exception for a failed core call; returns NULL. */
 PyObject *binding_raise(const mxd_error *err);
@@ -228,7 +234,7 @@ PyObject *binding_error_text(const mxd_error *err);
 /* As binding_raise, with `prefix: ` before the core's message. */
 PyObject *binding_raise_prefixed(const char *prefix, const mxd_error *err);
 
-/* ---- Arguments (args.c) ------------------------------------------------ */
+/* ---- Arguments (args.c) ------------------------------------------------- */
 
 /* A parameter list of a native callable: every parameter is
  * positional-or-keyword; the first `required` ones are mandatory. */
@@ -301,7 +307,7 @@ int binding_wait_setup(void);
         }                                                                      \
     } while (0)
 
-/* ---- Host functions (hostfn.c) ----------------------------------------- */
+/* ---- Host functions (hostfn.c) ------------------------------------------ */
 
 extern const mxd_host_runner binding_host_runner;
 
@@ -319,7 +325,7 @@ PyObject *binding_atexit(PyObject *module, PyObject *unused);
 PyObject *binding_pack_host_fn(PyObject *module, PyObject *const *args,
                                Py_ssize_t nargs, PyObject *kwnames);
 
-/* ---- Docstring helper -------------------------------------------------- */
+/* ---- Docstring helper --------------------------------------------------- */
 
 /* "name(sig)\n--\n\ndoc": the convention from which CPython derives
  * __text_signature__. */

@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-/* ---- The object ---------------------------------------------------------- */
+/* ---- The object --------------------------------------------------------- */
 
 mxd_layout binding_buffer_layout(BufferObject *b)
 {
@@ -73,7 +73,7 @@ static void buffer_dealloc(PyObject *self)
     Py_DECREF(type);
 }
 
-/* ---- Arguments ----------------------------------------------------------- */
+/* ---- Arguments ---------------------------------------------------------- */
 
 int binding_parse_dtype(binding_state *st, const char *fname, const char *param,
                         PyObject *obj)
@@ -191,7 +191,7 @@ static mxd_device *target_device(PyObject *stream)
     return mxd_queue_device(((QueueObject *)stream)->queue);
 }
 
-/* ---- Allocation ---------------------------------------------------------- */
+/* ---- Allocation --------------------------------------------------------- */
 
 static bool wants_pinned(binding_state *st, PyTypeObject *type, int usage,
                          PyObject *stream)
@@ -386,8 +386,7 @@ static PyObject *buffer_tp_new(PyTypeObject *type, PyObject *args,
     return construct(type, argv, has_keyword(NULL, kwargs, "device"));
 }
 
-/* ---- Factories ------------------------------------------------------------
- */
+/* ---- Factories ---------------------------------------------------------- */
 
 static const char *const zeros_names[] = {"shape", "dtype", "device", "usage",
                                           "stream"};
@@ -479,8 +478,7 @@ static PyObject *buffer_scalar(PyObject *cls, PyObject *const *args,
     return b;
 }
 
-/* ---- Properties ------------------------------------------------------------
- */
+/* ---- Properties --------------------------------------------------------- */
 
 static PyObject *int64_tuple(const int64_t *values, int count)
 {
@@ -614,8 +612,7 @@ static PyGetSetDef buffer_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-/* ---- Addresses -------------------------------------------------------------
- */
+/* ---- Addresses ---------------------------------------------------------- */
 
 static uintptr_t data_ptr(BufferObject *b)
 {
@@ -658,8 +655,7 @@ static PyObject *buffer_aligned(PyObject *self, PyObject *const *args,
     return PyBool_FromLong(data_ptr(b) % (uint64_t)alignment == 0);
 }
 
-/* ---- Text -------------------------------------------------------------------
- */
+/* ---- Text --------------------------------------------------------------- */
 
 /* "Buffer" or "DevicePinnedBuffer" (the type's name without its module). */
 static const char *type_name(PyObject *self)
@@ -694,9 +690,7 @@ static PyObject *buffer_str(PyObject *self)
     PyObject *args = fn ? PyTuple_Pack(1, array) : NULL;
     char prefix[64];
     snprintf(prefix, sizeof prefix, "%s(", type_name(self));
-    PyObject *kwargs =
-        args ? Py_BuildValue("{s:s}", "prefix", prefix)
-             : NULL;
+    PyObject *kwargs = args ? Py_BuildValue("{s:s}", "prefix", prefix) : NULL;
     PyObject *data = kwargs ? PyObject_Call(fn, args, kwargs) : NULL;
     Py_XDECREF(kwargs);
     Py_XDECREF(args);
@@ -721,8 +715,7 @@ static PyObject *buffer_str(PyObject *self)
     return text;
 }
 
-/* ---- The types
- * ---------------------------------------------------------------- */
+/* ---- The types ---------------------------------------------------------- */
 
 #define FASTCALL_KW(fn) (PyCFunction)(void (*)(void))(fn)
 

@@ -37,7 +37,7 @@ PyObject *binding_import_numpy(const char *what)
     return np;
 }
 
-/* ---- Export -------------------------------------------------------------- */
+/* ---- Export ------------------------------------------------------------- */
 
 static const char VERSIONED[] = "dltensor_versioned";
 static const char USED_VERSIONED[] = "used_dltensor_versioned";
@@ -169,8 +169,7 @@ static PyObject *export_capsule(BufferObject *b, const mxd_dtype_info *as,
     return capsule;
 }
 
-/* ---- Buffer.__dlpack__ -----------------------------------------------------
- */
+/* ---- Buffer.__dlpack__ -------------------------------------------------- */
 
 typedef struct dlpack_request {
     bool versioned;
@@ -394,8 +393,7 @@ PyObject *binding_buffer_dlpack_device(PyObject *self, PyObject *unused)
     return Py_BuildValue("(ii)", where.device_type, where.device_id);
 }
 
-/* ---- Import
- * ------------------------------------------------------------------ */
+/* ---- Import ------------------------------------------------------------- */
 
 /* The producer's tensor, owned once its capsule is renamed "used_...". */
 typedef struct imported {
@@ -600,8 +598,7 @@ static PyObject *import_capsule(binding_state *st, PyObject *capsule,
     return copy;
 }
 
-/* ---- Buffer.from_dlpack
- * ------------------------------------------------------ */
+/* ---- Buffer.from_dlpack ------------------------------------------------- */
 
 static bool is_numpy_array(PyObject *obj)
 {
@@ -747,8 +744,7 @@ PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
     return b;
 }
 
-/* ---- NumPy
- * ------------------------------------------------------------------- */
+/* ---- NumPy -------------------------------------------------------------- */
 
 /* The ml_dtypes type NumPy needs for bfloat16, or NULL with ValueError. */
 static PyObject *ml_bfloat16(void)
@@ -928,7 +924,7 @@ PyObject *binding_from_numpy(PyObject *cls, PyObject *array)
     return b;
 }
 
-/* ---- numpy.asarray(buf) and __cuda_array_interface__ ------------------------ */
+/* ---- numpy.asarray(buf) and __cuda_array_interface__ -------------------- */
 
 static const char *const array_names[] = {"dtype", "copy"};
 
@@ -985,8 +981,8 @@ static PyObject *byte_strides(BufferObject *b)
         Py_RETURN_NONE; /* version 3: None means C-contiguous */
     PyObject *tuple = PyTuple_New(buffer_rank(b));
     for (int i = 0; tuple && i < buffer_rank(b); i++) {
-        PyObject *s = PyLong_FromLongLong(buffer_strides(b)[i] *
-                                          layout.element_size);
+        PyObject *s =
+            PyLong_FromLongLong(buffer_strides(b)[i] * layout.element_size);
         if (s == NULL) {
             Py_CLEAR(tuple);
             break;
@@ -1026,12 +1022,12 @@ PyObject *binding_buffer_cuda_array_interface(PyObject *self, void *closure)
                 : NULL;
     uintptr_t data = mxd_memory_device_ptr(b->memory) + (uintptr_t)b->offset;
     PyObject *cai =
-        stream_obj ? Py_BuildValue("{s:N,s:s,s:(NO),s:i,s:N,s:N}", "shape",
-                                   shape, "typestr", typestr(buffer_dtype(b)),
-                                   "data", PyLong_FromSize_t(data), Py_False,
-                                   "version", 3, "strides", strides, "stream",
-                                   stream_obj)
-                   : NULL;
+        stream_obj
+            ? Py_BuildValue("{s:N,s:s,s:(NO),s:i,s:N,s:N}", "shape", shape,
+                            "typestr", typestr(buffer_dtype(b)), "data",
+                            PyLong_FromSize_t(data), Py_False, "version", 3,
+                            "strides", strides, "stream", stream_obj)
+            : NULL;
     if (cai == NULL) {
         Py_XDECREF(shape);
         Py_XDECREF(strides);

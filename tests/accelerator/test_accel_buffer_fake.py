@@ -318,6 +318,7 @@ N = 1 << 16
 out = {}
 acc = Accelerator(0)
 q = DeviceQueue(acc)
+out["memory_pools"] = acc._capabilities()["memory_pools"]
 ref = np.arange(N, dtype=np.int32)
 # Values through every kind of copy, with a gate held while they queue up.
 f = CompletionFlag(acc)
@@ -389,6 +390,7 @@ def test_buffers_under_other_fake_configurations(run_acc_py, env):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = _child_json(r)
     assert out["d2d"] and out["pinned"], out
+    assert out["memory_pools"] is (env.get("FAKE_GPU_MEMORY_POOLS") != "0")
     if "peer" in out:
         assert out["peer"] and out["peer_back"], out
         if env.get("FAKE_GPU_PEER") == "0":
