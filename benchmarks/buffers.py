@@ -8,6 +8,7 @@ NumPy is an optional dependency of the benchmarks (the ``bench`` extra):
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import time
 import timeit
@@ -17,6 +18,9 @@ from max import driver
 from max.dtype import DType
 
 SECTION = "Buffers on the CPU, against NumPy"
+# Nothing here calls BLAS; without this, OpenBLAS's pool threads spin for a
+# while after NumPy is imported and take a core from what is measured.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # (name, our statement, its NumPy twin, target: at most this many times the
 # twin's cost), over the names of _fixture().
