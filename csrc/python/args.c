@@ -11,10 +11,20 @@
 
 /* ---- Positional-or-keyword parameters ----------------------------------- */
 
+/* Keyword names are nearly always compact ASCII strings (identifiers):
+ * compared by length and bytes, which is several times cheaper than
+ * PyUnicode_CompareWithASCIIString; a name that is not ASCII matches none
+ * of our (ASCII) parameter names. */
 static Py_ssize_t find_param(const binding_params *params, PyObject *name)
 {
+    if (!PyUnicode_IS_COMPACT_ASCII(name))
+        return -1;
+    const char *text = (const char *)PyUnicode_DATA(name);
+    size_t length = (size_t)PyUnicode_GET_LENGTH(name);
     for (Py_ssize_t i = 0; i < params->count; i++) {
-        if (PyUnicode_CompareWithASCIIString(name, params->names[i]) == 0)
+        const char *param = params->names[i];
+        if (param[0] == text[0] && strncmp(param, text, length) == 0 &&
+            param[length] == '\0')
             return i;
     }
     return -1;

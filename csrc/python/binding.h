@@ -18,6 +18,28 @@
 
 /* ---- Module state ------------------------------------------------------- */
 
+/* What the DLPack and NumPy paths call on every use, made once (dlpack.c):
+ * the names and keyword tuples of __dlpack__ calls, and NumPy's objects,
+ * looked up by the first call that needs NumPy (never at import). */
+enum { BINDING_NUMPY_DTYPES = 24 };
+typedef struct binding_bridge {
+    PyObject *dlpack_name;    /* "__dlpack__" */
+    PyObject *kw_versioned;   /* ("max_version", "stream") */
+    PyObject *kw_legacy;      /* ("stream",) */
+    PyObject *kw_copy;        /* ... with "copy" after, same order */
+    PyObject *kw_legacy_copy; /* ("stream", "copy") */
+    PyObject *max_version;    /* (1, 0) */
+    PyObject *numpy;          /* the module, once a call needed it */
+    PyObject *ndarray;
+    PyObject *from_dlpack;
+    PyObject *dtype_name; /* "dtype" */
+    /* NumPy dtype objects from_numpy met, and their DType index: NumPy's
+     * dtypes are few long-lived objects, found here by identity. */
+    PyObject *np_dtypes[BINDING_NUMPY_DTYPES];
+    int np_dtype_index[BINDING_NUMPY_DTYPES];
+    int np_dtype_count;
+} binding_bridge;
+
 /* Per-module-object state: the heap types and the cached Device objects
  * (so that CPU() is CPU() and queue.device is the same object). */
 typedef struct binding_state {
@@ -40,6 +62,7 @@ typedef struct binding_state {
     PyObject *cpu;                  /* the one CPU Device object */
     PyObject **accelerators;        /* per id, created on first use */
     int accelerator_count;
+    binding_bridge bridge;
 } binding_state;
 
 /* ---- Buffers (buffer.c, buffer_view.c, buffer_copy.c, dlpack.c) --------- */
@@ -154,8 +177,11 @@ PyObject *binding_from_numpy(PyObject *cls, PyObject *array);
 PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames);
 PyObject *binding_to_numpy(PyObject *self, PyObject *unused);
-/* numpy, imported on first use; NULL with an ImportError naming `what`. */
+/* numpy, imported on first use; NULL with an ImportError naming `what`.
+ * A new reference. */
 PyObject *binding_import_numpy(const char *what);
+int binding_bridge_traverse(binding_bridge *b, visitproc visit, void *arg);
+void binding_bridge_clear(binding_bridge *b);
 
 /* All our types are heap types created with PyType_FromModuleAndSpec, and
  * only Device (which cannot be instantiated itself) may be subclassed, so

@@ -33,7 +33,7 @@ static _Thread_local PyThreadState *worker_state; /* while not in Python */
 static _Thread_local PyGILState_STATE worker_gil; /* its PyGILState_Ensure */
 
 /* Tokens: how runner_leave gives the GIL back. */
-static char kept_state, ensured_locked, ensured_unlocked;
+static char held_already, kept_state, ensured_locked, ensured_unlocked;
 
 static void *take_gil(void)
 {
@@ -51,6 +51,8 @@ static void *take_gil(void)
 
 static void give_gil(void *token)
 {
+    if (token == &held_already)
+        return;
     if (token == &kept_state)
         worker_state = PyEval_SaveThread();
     else
@@ -60,6 +62,11 @@ static void give_gil(void *token)
 
 static void *runner_enter(void)
 {
+    /* The caller holds the GIL already (the last reference to imported
+     * memory dropped by Python code): the runtime is alive, nothing to
+     * take. */
+    if (PyGILState_Check() && !compat_is_finalizing())
+        return &held_already;
     atomic_fetch_add(&entering, 1);
     if (refusing_python()) {
         atomic_fetch_sub(&entering, 1);

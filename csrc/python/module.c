@@ -205,6 +205,9 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->usages[0]);
     Py_VISIT(st->usages[1]);
     Py_VISIT(st->cpu);
+    int visited = binding_bridge_traverse(&st->bridge, visit, arg);
+    if (visited != 0)
+        return visited;
     for (int i = 0; st->accelerators != NULL && i < st->accelerator_count; i++)
         Py_VISIT(st->accelerators[i]);
     return 0;
@@ -218,6 +221,7 @@ static int module_clear(PyObject *module)
     for (int i = 0; st->accelerators != NULL && i < st->accelerator_count; i++)
         Py_CLEAR(st->accelerators[i]);
     Py_CLEAR(st->cpu);
+    binding_bridge_clear(&st->bridge);
     Py_CLEAR(st->device_type);
     Py_CLEAR(st->cpu_type);
     Py_CLEAR(st->accelerator_type);
