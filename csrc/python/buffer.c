@@ -722,10 +722,17 @@ static PyObject *buffer_str(PyObject *self)
 static PyMethodDef buffer_methods[] = {
     {"zeros", FASTCALL_KW(buffer_zeros),
      METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
-     BINDING_DOC("zeros", "($cls, /, shape, dtype, device=None, usage=...)",
+     BINDING_DOC("zeros",
+                 "($cls, /, shape, dtype, device=None, usage=..., stream=...)",
                  "A zero-filled buffer. On an accelerator the fill is "
-                 "enqueued on the buffer's queue; pinned memory is zero on "
-                 "return.")},
+                 "enqueued on the buffer's queue; a DevicePinnedBuffer is "
+                 "zero on return.\n\n"
+                 "Overloads:\n"
+                 "    1. zeros(shape: Sequence[int], dtype: DType, device: "
+                 "Device | None = None, usage: Usage = Usage.DEFAULT) -> "
+                 "Buffer\n"
+                 "    2. zeros(shape: Sequence[int], dtype: DType, stream: "
+                 "DeviceQueue, usage: Usage = Usage.DEFAULT) -> Buffer")},
     {"scalar", FASTCALL_KW(buffer_scalar),
      METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
      BINDING_DOC("scalar", "($cls, /, value, dtype, device=None)",
@@ -767,9 +774,15 @@ static PyMethodDef buffer_methods[] = {
                  "    2. copy(self, stream: DeviceQueue) -> Buffer")},
     {"to", binding_buffer_to, METH_O,
      BINDING_DOC("to", "($self, target, /)",
-                 "The buffer on a Device or DeviceQueue (itself, a zero-copy "
-                 "rebinding or a copy, as SPEC §12.6 says), or a list of "
-                 "them for a list of targets.")},
+                 "The buffer on a Device or bound to a DeviceQueue: itself "
+                 "when it is there already, a zero-copy rebinding for another "
+                 "queue of its device, else a copy; a list for a list or "
+                 "tuple of targets.\n\n"
+                 "Overloads:\n"
+                 "    1. to(self, device: Device, /) -> Buffer\n"
+                 "    2. to(self, stream: DeviceQueue, /) -> Buffer\n"
+                 "    3. to(self, targets: Sequence[Device | DeviceQueue], /) "
+                 "-> list[Buffer]")},
     {"inplace_copy_from", FASTCALL_KW(binding_buffer_inplace_copy_from),
      METH_FASTCALL | METH_KEYWORDS,
      BINDING_DOC("inplace_copy_from", "($self, /, src)",
@@ -810,11 +823,15 @@ static PyMethodDef buffer_methods[] = {
 
 static PyType_Slot buffer_slots[] = {
     {Py_tp_doc,
-     BINDING_DOC("Buffer", "(dtype, shape, device=None, usage=...)",
+     BINDING_DOC("Buffer", "(dtype, shape, device=None, usage=..., stream=...)",
                  "An n-dimensional, typed, strided view of memory on one "
-                 "device, bound to one queue.\n\nBuffer(dtype, shape, "
-                 "device=None, usage=Usage.DEFAULT) or Buffer(dtype, shape, "
-                 "stream, usage=Usage.DEFAULT).")},
+                 "device, bound to one queue (uninitialised when created "
+                 "this way).\n\n"
+                 "Overloads:\n"
+                 "    1. Buffer(dtype: DType, shape: Sequence[int], device: "
+                 "Device | None = None, usage: Usage = Usage.DEFAULT)\n"
+                 "    2. Buffer(dtype: DType, shape: Sequence[int], stream: "
+                 "DeviceQueue, usage: Usage = Usage.DEFAULT)")},
     {Py_tp_new, buffer_tp_new},
     {Py_tp_dealloc, buffer_dealloc},
     {Py_tp_repr, buffer_repr},
@@ -839,11 +856,17 @@ static PyType_Spec buffer_spec = {
 };
 
 static PyType_Slot pinned_slots[] = {
-    {Py_tp_doc, BINDING_DOC("DevicePinnedBuffer", "(dtype, shape, device)",
-                            "A Buffer of host memory pinned and mapped into an "
-                            "accelerator (usage STAGING, pinned True).\n\n"
-                            "DevicePinnedBuffer(dtype, shape, device) or "
-                            "DevicePinnedBuffer(dtype, shape, stream).")},
+    {Py_tp_doc,
+     BINDING_DOC(
+         "DevicePinnedBuffer", "(dtype, shape, device=..., stream=...)",
+         "A Buffer of host memory pinned and mapped into an "
+         "accelerator (usage STAGING, pinned True); pass exactly one "
+         "of device and stream.\n\n"
+         "Overloads:\n"
+         "    1. DevicePinnedBuffer(dtype: DType, shape: Sequence[int], "
+         "device: Device)\n"
+         "    2. DevicePinnedBuffer(dtype: DType, shape: Sequence[int], "
+         "stream: DeviceQueue)")},
     {0, NULL},
 };
 

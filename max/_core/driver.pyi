@@ -1,11 +1,22 @@
 """Type stub of the native module ``max._core.driver`` (see SPEC.md)."""
 
-from collections.abc import Callable
-from typing import Any, SupportsIndex, final, overload
+import os
+from collections.abc import Callable, Sequence
+from enum import Flag
+from typing import Any, Literal, SupportsFloat, SupportsIndex, final, overload
 
-from typing_extensions import deprecated
+from numpy.typing import NDArray
+from typing_extensions import Self, deprecated
+
+from max.dtype import DType
 
 _HostFunc = Callable[[], object]
+_Shape = Sequence[SupportsIndex]
+_Index = SupportsIndex | slice
+_Scalar = SupportsFloat | SupportsIndex
+_MmapMode = Literal[
+    "r", "r+", "w+", "c", "readonly", "readwrite", "write", "copyonwrite"
+]
 
 class Device:
     """A device: the host CPU or one accelerator. Not constructible."""
@@ -128,6 +139,133 @@ class CompletionFlag:
     def signal(self, value: SupportsIndex) -> None: ...
     def load(self) -> int: ...
     def reset(self) -> None: ...
+
+class Usage(Flag):
+    """How a buffer's memory is allocated (an ``enum.Flag``)."""
+
+    DEFAULT = 0
+    """Ordinary memory of the device."""
+    STAGING = 1
+    """On an accelerator: pinned host memory mapped into the device."""
+
+class Buffer:
+    """An n-dimensional, typed, strided view of memory on one device, bound
+    to one queue."""
+
+    @overload
+    def __new__(
+        cls,
+        dtype: DType,
+        shape: _Shape,
+        device: Device | None = None,
+        usage: Usage = ...,
+    ) -> Self: ...
+    @overload
+    def __new__(
+        cls, dtype: DType, shape: _Shape, stream: DeviceQueue, usage: Usage = ...
+    ) -> Self: ...
+    @overload
+    @classmethod
+    def zeros(
+        cls,
+        shape: _Shape,
+        dtype: DType,
+        device: Device | None = None,
+        usage: Usage = ...,
+    ) -> Self: ...
+    @overload
+    @classmethod
+    def zeros(
+        cls, shape: _Shape, dtype: DType, stream: DeviceQueue, usage: Usage = ...
+    ) -> Self: ...
+    @classmethod
+    def scalar(
+        cls, value: _Scalar, dtype: DType, device: Device | DeviceQueue | None = None
+    ) -> Buffer: ...
+    @classmethod
+    def from_numpy(cls, array: NDArray[Any], /) -> Buffer: ...
+    @classmethod
+    def from_dlpack(cls, obj: Any, /, *, copy: bool | None = None) -> Buffer: ...
+    @classmethod
+    def mmap(
+        cls,
+        filename: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+        dtype: DType,
+        shape: _Shape,
+        mode: _MmapMode = "copyonwrite",
+        offset: int = 0,
+    ) -> Buffer: ...
+    @property
+    def device(self) -> Device: ...
+    @property
+    def stream(self) -> DeviceQueue: ...
+    @property
+    def dtype(self) -> DType: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def strides(self) -> tuple[int, ...]: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def num_elements(self) -> int: ...
+    @property
+    def element_size(self) -> int: ...
+    @property
+    def is_contiguous(self) -> bool: ...
+    @property
+    def is_host(self) -> bool: ...
+    @property
+    def pinned(self) -> bool: ...
+    @property
+    def usage(self) -> Usage: ...
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """Only on CUDA buffers (``hasattr`` is False elsewhere)."""
+    def __getitem__(self, key: _Index | tuple[_Index, ...]) -> Buffer: ...
+    def __setitem__(
+        self, key: SupportsIndex | tuple[SupportsIndex, ...], value: _Scalar
+    ) -> None: ...
+    def item(self) -> bool | int | float: ...
+    def view(self, dtype: DType, shape: _Shape | None = None) -> Buffer: ...
+    def contiguous(self) -> Buffer: ...
+    @overload
+    def copy(self, device: Device | None = None) -> Buffer: ...
+    @overload
+    def copy(self, stream: DeviceQueue) -> Buffer: ...
+    @overload
+    def to(self, device: Device, /) -> Buffer: ...
+    @overload
+    def to(self, stream: DeviceQueue, /) -> Buffer: ...
+    @overload
+    def to(self, targets: Sequence[Device | DeviceQueue], /) -> list[Buffer]: ...
+    def inplace_copy_from(self, src: Buffer) -> None: ...
+    def to_numpy(self) -> NDArray[Any]: ...
+    def __array__(
+        self, dtype: Any = None, copy: bool | None = None
+    ) -> NDArray[Any]: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def _data_ptr(self) -> int: ...
+    def _aligned(self, alignment: int | None = None) -> bool: ...
+
+@final
+class DevicePinnedBuffer(Buffer):
+    """A Buffer of host memory pinned and mapped into an accelerator."""
+
+    @overload
+    def __new__(cls, dtype: DType, shape: _Shape, device: Device) -> Self: ...
+    @overload
+    def __new__(cls, dtype: DType, shape: _Shape, stream: DeviceQueue) -> Self: ...
+    def __getitem__(self, key: _Index | tuple[_Index, ...]) -> DevicePinnedBuffer: ...
+    def view(self, dtype: DType, shape: _Shape | None = None) -> DevicePinnedBuffer: ...
 
 def accelerator_count() -> int: ...
 def accelerator_api() -> str: ...

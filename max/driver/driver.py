@@ -83,7 +83,10 @@ class DLPackArray(Protocol):
     """Anything that exports its memory through DLPack (SPEC §13): NumPy
     arrays, PyTorch and JAX tensors, CuPy arrays, Buffers."""
 
-    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any: ...
+    # Only ``stream`` (the array API's one required keyword): a protocol
+    # method with ``**kwargs`` would match no producer whose __dlpack__
+    # lists its keywords (NumPy's and Buffer's both do).
+    def __dlpack__(self, *, stream: Any = None) -> Any: ...
 
     def __dlpack_device__(self) -> tuple[int, int]: ...
 
