@@ -40,6 +40,10 @@ EXPECTED_ALL = {
     "DevicePinnedBuffer",
     "Usage",
     "DLPackArray",
+    "LaunchTraceEntry",
+    "begin_launch_trace",
+    "take_launch_trace",
+    "launch_trace",
 }
 NATIVE_TYPES = (
     "Device",
@@ -51,6 +55,7 @@ NATIVE_TYPES = (
     "Buffer",
     "DevicePinnedBuffer",
     "Usage",
+    "LaunchTraceEntry",
 )
 PACK = "__unsafe_pack_py_host_func"
 Py_TPFLAGS_BASETYPE = 1 << 10
@@ -191,10 +196,13 @@ def _stub_functions(body: list[ast.stmt]) -> dict[str, list[ast.FunctionDef]]:
 
 
 def _stub_attributes(body: list[ast.stmt]) -> set[str]:
-    """Names a class body assigns (enum members such as ``Usage.STAGING``)."""
+    """Names a class body assigns (enum members such as ``Usage.STAGING``)
+    or defines as nested classes (``LaunchTraceEntry.MemcpyKind``)."""
     names: set[str] = set()
     for node in body:
-        if isinstance(node, ast.Assign):
+        if isinstance(node, ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
             names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)

@@ -61,7 +61,7 @@ DeviceType = Literal["cpu", "gpu"]
 
 @contextlib.contextmanager
 def launch_trace() -> Iterator[list[LaunchTraceEntry]]:
-    """Records every copy and fill enqueued inside the block (SPEC §14).
+    """Records every copy and fill enqueued inside the block.
 
     Yields a list that is filled with the entries when the block ends; the
     recording stops even when the block raises::
