@@ -8,6 +8,14 @@ Per-call cost of the hot operations on a CUDA queue, compared with
 * the same operation through PyTorch and through CuPy, when importable:
   ratio = ours / theirs, target <= 1 (ours faster).
 
+Copies between Buffers (``inplace_copy_from``) against the raw
+``cuMemcpy{HtoD,DtoH,DtoD}Async`` loop on memory raw_driver.c allocates
+itself: the bandwidth of pinned host <-> device and device -> device copies
+(target >= 0.95x raw), of pageable host -> device copies, staged through
+pinned memory (>= 0.8x the raw pinned copy), and the call overhead of a
+4 KiB copy (<= raw + 300 ns; below ``torch.Tensor.to(non_blocking=True)``
+when PyTorch is importable).
+
 As in ``python -m benchmarks``, every figure comes from measurements taken in
 one process, interleaved (one round of every measurement per repetition),
 and is the median over the repetitions.  The queues are idle and the events
@@ -30,13 +38,22 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from benchmarks.gpu_copies import HTOD, copy_bandwidth
 from benchmarks.run import OUT_DIR, Result, machine, plot, table
 from max import driver
+from max.dtype import DType
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
 RAW_SOURCE = HERE / "raw_driver.c"
 OVERHEAD_TARGET_NS = 150.0
+SMALL_COPY_BYTES = 4096
+SMALL_COPY_TARGET_NS = 300.0
+# A driver queue holds about 1,000 operations before an enqueue blocks: a
+# small-copy sample stays below that, or it would time the device.
+SMALL_COPY_MAX_COUNT = 512
+SECTION_OVERHEAD = "per call: overhead over the raw driver"
+SECTION_FRAMEWORKS = "against PyTorch and CuPy"
 TIME_BUDGET_S = 45.0  # stop adding repetitions past this (the run: < 60 s)
 
 
@@ -95,6 +112,7 @@ class RawDriver:
             "raw_stream_synchronize_ns": [u64, n],
             "raw_host_store_ns": [n],
             "raw_load_ns": [n],
+            "raw_copy_ns": [ctypes.c_int, u64, u64, n, ctypes.c_int],
         }
         for name, argtypes in signatures.items():
             fn = getattr(self.lib, name)
@@ -130,12 +148,14 @@ class Op:
     torch: str | None = None
     cupy: str | None = None
     target: float | None = OVERHEAD_TARGET_NS
+    max_count: int = 100_000  # calls per sample at most
 
 
 def _fixture(acc: driver.Device) -> dict[str, object]:
     q, q2 = driver.DeviceQueue(acc), driver.DeviceQueue(acc)
     done = q2.record_event()  # complete once q2 is synchronized
     q2.synchronize()
+    small = (SMALL_COPY_BYTES // 4,)
     return {
         "acc": acc,
         "q": q,
@@ -143,6 +163,8 @@ def _fixture(acc: driver.Device) -> dict[str, object]:
         "ev": driver.DeviceEvent(acc),  # re-recorded by record_event(ev)
         "done": done,
         "flag": driver.CompletionFlag(acc),
+        "p4": driver.DevicePinnedBuffer(DType.float32, small, q),
+        "d4": driver.Buffer(DType.float32, small, q),
     }
 
 
@@ -151,6 +173,9 @@ def _ops(raw: RawDriver, names: dict[str, object]) -> list[Op]:
     s2 = names["q2"].native_stream_handle
 
     def call(name: str, *args: int) -> Callable[[int], float]:
+        if name == "raw_copy_ns":  # (kind, bytes, stream, count, synchronize)
+            *first, synchronize = args
+            return lambda n: raw.time_ns(name, *first, n, synchronize)
         return lambda n: raw.time_ns(name, *args, n)
 
     return [
@@ -231,6 +256,24 @@ def _ops(raw: RawDriver, names: dict[str, object]) -> list[Op]:
             torch="ts.cuda_stream",
             cupy="cs.ptr",
         ),
+        Op(
+            "4 KiB copy pinned -> device (inplace_copy_from)",
+            "d4.inplace_copy_from(p4)",
+            {
+                "cuMemcpyHtoDAsync 4 KiB": call(
+                    "raw_copy_ns", HTOD, SMALL_COPY_BYTES, s, 0
+                )
+            },
+            target=SMALL_COPY_TARGET_NS,
+            max_count=SMALL_COPY_MAX_COUNT,
+        ),
+        Op(  # no raw twin: a new device buffer and the copy into it
+            "4 KiB copy pinned -> device (pinned.to(acc))",
+            "p4.to(acc)",
+            {},
+            torch="tp4.to(tdev, non_blocking=True)",
+            max_count=SMALL_COPY_MAX_COUNT,
+        ),
     ]
 
 
@@ -246,7 +289,16 @@ def _torch_names() -> tuple[dict[str, object], str] | None:
     ts, ts2 = torch.cuda.Stream(device=0), torch.cuda.Stream(device=0)
     tdone = ts2.record_event()
     ts2.synchronize()
-    names = {"ts": ts, "ts2": ts2, "tev": torch.cuda.Event(), "tdone": tdone}
+    names = {
+        "ts": ts,
+        "ts2": ts2,
+        "tev": torch.cuda.Event(),
+        "tdone": tdone,
+        # torch.Tensor.to() copies on the current stream
+        "tcur": torch.cuda.current_stream(0),
+        "tdev": torch.device("cuda", 0),
+        "tp4": torch.empty(SMALL_COPY_BYTES // 4, dtype=torch.float32).pin_memory(),
+    }
     return names, torch.__version__
 
 
@@ -274,10 +326,13 @@ def _cupy_names() -> tuple[dict[str, object], str] | None:
 # ---- measuring ----------------------------------------------------------------------
 
 
-def _calibrate(sample: Callable[[int], float], sample_s: float) -> int:
+def _calibrate(
+    sample: Callable[[int], float], sample_s: float, most: int = 100_000
+) -> int:
     """The count of calls per sample for a sample of about ``sample_s``."""
-    per_call = max(sample(200) / 200, 1e-9)
-    return int(min(max(sample_s / per_call, 200), 100_000))
+    first = min(200, most)
+    per_call = max(sample(first) / first, 1e-9)
+    return int(min(max(sample_s / per_call, first), most))
 
 
 def measure(
@@ -293,26 +348,33 @@ def measure(
     Every repetition takes one sample of everything, in the same order.
     ``settle()`` runs (untimed) after each sample, so that work a sample
     enqueued cannot slow the next one down."""
-    samplers: list[tuple[str, str, Callable[[int], float]]] = []
+    samplers: list[tuple[str, str, Callable[[int], float], int]] = []
     loop = timeit.Timer("pass", globals=names)
-    samplers.append(("loop", "pass", lambda n: loop.timeit(n) / n))
+    samplers.append(("loop", "pass", lambda n: loop.timeit(n) / n, 100_000))
     for op in ops:
         for side in ("ours", "torch", "cupy"):
             stmt = getattr(op, side)
             if stmt is None or (side != "ours" and side not in frameworks):
                 continue
             timer = timeit.Timer(stmt, globals=names)
-            samplers.append((op.name, side, lambda n, t=timer: t.timeit(n) / n))
+            samplers.append(
+                (op.name, side, lambda n, t=timer: t.timeit(n) / n, op.max_count)
+            )
         for label, raw_ns in op.raw.items():
-            samplers.append((op.name, label, lambda n, f=raw_ns: f(n) * 1e-9))
-    counts = [_calibrate(sample, sample_s) for _, _, sample in samplers]
+            samplers.append(
+                (op.name, label, lambda n, f=raw_ns: f(n) * 1e-9, op.max_count)
+            )
+    counts = []
+    for _, _, sample, most in samplers:
+        counts.append(_calibrate(sample, sample_s, most))
+        settle()
     samples: dict[str, dict[str, list[float]]] = {}
     started = time.monotonic()
     for rep in range(reps):
         if rep >= 3 and time.monotonic() - started > TIME_BUDGET_S:
             print(f"time budget reached: {rep} repetitions instead of {reps}")
             break
-        for (name, side, sample), count in zip(samplers, counts, strict=True):
+        for (name, side, sample, _), count in zip(samplers, counts, strict=True):
             samples.setdefault(name, {}).setdefault(side, []).append(sample(count))
             settle()
     return samples
@@ -328,23 +390,8 @@ def results(
         mine = samples[op.name]
         ours = mine["ours"]
         ours_ns = statistics.median(ours) * 1e9
-        # The strictest baseline: the cheapest raw equivalent, per repetition.
-        raw_runs = [min(r) for r in zip(*(mine[k] for k in op.raw), strict=True)]
-        overhead = statistics.median(
-            (o - r) * 1e9 for o, r in zip(ours, raw_runs, strict=True)
-        )
-        raws = ", ".join(
-            f"{label} {statistics.median(mine[label]) * 1e9:.1f} ns" for label in op.raw
-        )
-        overheads.append(
-            Result(
-                f"{op.name}: overhead over raw driver, ns",
-                overhead,
-                f"ours {ours_ns:.1f} ns (Python loop {loop_ns:.1f} ns included); "
-                f"raw: {raws}",
-                op.target,
-            )
-        )
+        if op.raw:
+            overheads.append(_overhead(op, mine, ours_ns, loop_ns))
         for side, label in (("torch", "PyTorch"), ("cupy", "CuPy")):
             if side not in mine:
                 continue
@@ -354,28 +401,60 @@ def results(
                 Result(
                     f"{op.name}: ours / {label}",
                     ratio,
-                    f"ours {ours_ns:.1f} ns vs {label} `{getattr(op, side)}` "
-                    f"{statistics.median(theirs) * 1e9:.1f} ns",
+                    f"ours `{op.ours}` {ours_ns:.1f} ns vs {label} "
+                    f"`{getattr(op, side)}` {statistics.median(theirs) * 1e9:.1f} ns",
                     1,
+                    section=SECTION_FRAMEWORKS,
                 )
             )
     return overheads, frameworks
 
 
+def _overhead(
+    op: Op, mine: dict[str, list[float]], ours_ns: float, loop_ns: float
+) -> Result:
+    ours = mine["ours"]
+    # The strictest baseline: the cheapest raw equivalent, per repetition.
+    raw_runs = [min(r) for r in zip(*(mine[k] for k in op.raw), strict=True)]
+    overhead = statistics.median(
+        (o - r) * 1e9 for o, r in zip(ours, raw_runs, strict=True)
+    )
+    raws = ", ".join(
+        f"{label} {statistics.median(mine[label]) * 1e9:.1f} ns" for label in op.raw
+    )
+    return Result(
+        f"{op.name}: overhead over raw driver, ns",
+        overhead,
+        f"ours {ours_ns:.1f} ns (Python loop {loop_ns:.1f} ns included); raw: {raws}",
+        op.target,
+        section=SECTION_OVERHEAD,
+    )
+
+
 def benchmark(
     acc: driver.Device, raw: RawDriver, quick: bool
-) -> tuple[list[Result], list[Result], dict[str, object]]:
-    """Measures everything on ``acc``: (overheads, framework comparisons, a
-    report with the machine and the raw samples)."""
+) -> tuple[list[Result], list[Result], list[Result], dict[str, object]]:
+    """Measures everything on ``acc``: (overheads, copy bandwidths, framework
+    comparisons, a report with the machine and the raw samples)."""
     names = _fixture(acc)
     versions: dict[str, str] = {}
-    streams = [names["q"], names["q2"]]
+    # p4.to(acc) lands on acc's default queue
+    streams = [names["q"], names["q2"], acc.default_queue]
     for side, make in (("torch", _torch_names), ("cupy", _cupy_names)):
         made = make()
         if made is not None:
             extra, versions[side] = made
             names.update(extra)
-            streams += [extra[k] for k in ("ts", "ts2", "cs", "cs2") if k in extra]
+            streams += [
+                extra[k] for k in ("ts", "ts2", "tcur", "cs", "cs2") if k in extra
+            ]
+    skipped = []
+    if "torch" not in versions:
+        skipped.append(
+            "4 KiB copy against torch.Tensor.to(non_blocking=True): not compared, "
+            "PyTorch is not usable here (see above)"
+        )
+        print(skipped[-1])
 
     def settle() -> None:
         for stream in streams:
@@ -391,6 +470,13 @@ def benchmark(
         sample_s=0.003 if quick else 0.02,
     )
     overheads, frameworks = results(ops, samples)
+    copies = copy_bandwidth(
+        acc,
+        raw,
+        reps=3 if quick else 9,
+        nbytes=(8 if quick else 64) * 2**20,
+        sample_s=0.01 if quick else 0.05,
+    )
     try:
         architecture = acc.architecture_name
     except RuntimeError:  # a CPU device standing in (the tooling test)
@@ -401,7 +487,12 @@ def benchmark(
         "torch": versions.get("torch", "not measured"),
         "cupy": versions.get("cupy", "not measured"),
     }
-    return overheads, frameworks, {"machine": info, "samples_s": samples}
+    report: dict[str, object] = {
+        "machine": info,
+        "skipped": skipped,
+        "samples_s": samples,
+    }
+    return overheads, copies, frameworks, report
 
 
 # ---- the command ------------------------------------------------------------------
@@ -418,7 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         type=Path,
         default=OUT_DIR,
-        help="where to write gpu-latest.json/.txt/.png and gpu-frameworks.png",
+        help="where to write gpu-latest.json/.txt/.png, gpu-copies.png and "
+        "gpu-frameworks.png",
     )
     parser.add_argument(
         "--cc", default="cc", help="the C compiler that builds raw_driver.c"
@@ -441,8 +533,8 @@ def main(argv: list[str] | None = None) -> int:
             (s["library"] for s in driver.backend_selection() if s["chosen"]), None
         )
         raw.open(library, 0)
-        overheads, frameworks, report = benchmark(acc, raw, args.quick)
-    everything = overheads + frameworks
+        overheads, copies, frameworks, report = benchmark(acc, raw, args.quick)
+    everything = overheads + copies + frameworks
     info = report["machine"]
     print(f"machine: {info}")
     print(table(everything))
@@ -452,6 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "gpu-latest.txt").write_text(table(everything) + "\n")
     for shown, file in (
         (overheads, "gpu-latest.png"),
+        (copies, "gpu-copies.png"),
         (frameworks, "gpu-frameworks.png"),
     ):
         if shown and plot(shown, args.out / file):

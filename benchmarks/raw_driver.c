@@ -385,3 +385,100 @@ EXPORT double raw_load_ns(long iterations)
     stored_handle = sum; /* keeps the loads */
     return result;
 }
+
+/* ---- Copies ---------------------------------------------------------------
+ *
+ * The baselines of the copy benchmarks: cuMemcpy{HtoD,DtoH,DtoD}Async
+ * between pinned host memory and device memory allocated here, the way
+ * max.driver allocates its own (pinned: portable and mapped; device:
+ * cuMemAlloc). */
+
+enum {
+    RAW_COPY_HTOD = 0,
+    RAW_COPY_DTOH = 1,
+    RAW_COPY_DTOD = 2,
+    RAW_MEMHOSTALLOC_PORTABLE = 0x1,
+    RAW_MEMHOSTALLOC_DEVICEMAP = 0x2,
+};
+
+typedef struct copy_memory {
+    void *host;
+    cu_deviceptr device, other;
+} copy_memory;
+
+static void copy_memory_free(copy_memory *m)
+{
+    if (m->host)
+        drv.cuMemFreeHost(m->host);
+    if (m->device)
+        drv.cuMemFree(m->device);
+    if (m->other)
+        drv.cuMemFree(m->other);
+}
+
+static cu_result copy_memory_alloc(copy_memory *m, size_t bytes)
+{
+    cu_result rc = drv.cuMemHostAlloc(&m->host, bytes,
+                                      RAW_MEMHOSTALLOC_PORTABLE |
+                                          RAW_MEMHOSTALLOC_DEVICEMAP);
+    if (rc == RAW_SUCCESS)
+        rc = drv.cuMemAlloc(&m->device, bytes);
+    if (rc == RAW_SUCCESS)
+        rc = drv.cuMemAlloc(&m->other, bytes);
+    if (rc == RAW_SUCCESS)
+        memset(m->host, 1, bytes); /* touched, as the benchmarks' buffers */
+    return rc;
+}
+
+static cu_result copy_once(int kind, const copy_memory *m, size_t bytes,
+                           cu_stream s)
+{
+    switch (kind) {
+    case RAW_COPY_HTOD:
+        return drv.cuMemcpyHtoDAsync(m->device, m->host, bytes, s);
+    case RAW_COPY_DTOH:
+        return drv.cuMemcpyDtoHAsync(m->host, m->device, bytes, s);
+    default: return drv.cuMemcpyDtoDAsync(m->other, m->device, bytes, s);
+    }
+}
+
+/* `iterations` copies of `bytes` of `kind` (RAW_COPY_*) on `stream`, after
+ * one untimed copy.  With `synchronize`, the clock runs until the stream
+ * has finished them (bytes / result: the bandwidth); without, it stops
+ * after the last enqueue (the call overhead of a small copy) and the
+ * stream is synchronized afterwards.  ns per copy. */
+EXPORT double raw_copy_ns(int kind, uint64_t bytes, uintptr_t stream,
+                          long iterations, int synchronize)
+{
+    if (kind < RAW_COPY_HTOD || kind > RAW_COPY_DTOD || bytes == 0) {
+        snprintf(last_error, sizeof last_error,
+                 "raw_copy_ns: bad kind %d or size %llu", kind,
+                 (unsigned long long)bytes);
+        return -1;
+    }
+    double result = enter();
+    if (result != 0)
+        return result;
+    cu_stream s = (cu_stream)stream;
+    copy_memory m = {NULL, 0, 0};
+    CHECK("allocation (cuMemHostAlloc, cuMemAlloc)",
+          copy_memory_alloc(&m, (size_t)bytes));
+    CHECK("the first copy", copy_once(kind, &m, (size_t)bytes, s));
+    CHECK("cuStreamSynchronize", drv.cuStreamSynchronize(s));
+    int64_t start = now_ns();
+    for (long i = 0; i < iterations; i++)
+        CHECK("cuMemcpy*Async", copy_once(kind, &m, (size_t)bytes, s));
+    if (synchronize)
+        CHECK("cuStreamSynchronize", drv.cuStreamSynchronize(s));
+    result = per_iteration(start, iterations);
+out:
+    /* Nothing may be freed under a pending copy, a failed one included. */
+    if (m.host) {
+        cu_result rc = drv.cuStreamSynchronize(s);
+        if (rc != RAW_SUCCESS && result >= 0)
+            result = failed("cuStreamSynchronize", rc);
+    }
+    copy_memory_free(&m);
+    leave();
+    return result;
+}

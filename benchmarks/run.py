@@ -34,6 +34,7 @@ class Result:
     detail: str  # the raw costs behind the ratio
     target: float | None = None  # None: reported, no target
     higher_is_better: bool = False
+    section: str = ""  # the table's heading above this row ("": none)
 
     @property
     def status(self) -> str:
@@ -368,17 +369,25 @@ def machine() -> dict[str, str]:
 
 
 def table(results: list[Result]) -> str:
-    rows = [("benchmark", "ratio", "target", "status", "measured")]
-    rows += [
+    """The results as a text table, a ``[section]`` line wherever the section
+    changes."""
+    header = ("benchmark", "ratio", "target", "status", "measured")
+    rows = [
         (r.name, f"{r.ratio:.2f}", r.target_text(), r.status, r.detail) for r in results
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = []
-    for n, row in enumerate(rows):
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(4)]
+
+    def line(row: tuple[str, ...]) -> str:
         cells = [row[i].ljust(widths[i]) for i in range(4)] + [row[4]]
-        lines.append(" | ".join(cells).rstrip())
-        if n == 0:
-            lines.append("-+-".join("-" * w for w in widths) + "-+-" + "-" * 8)
+        return " | ".join(cells).rstrip()
+
+    lines = [line(header), "-+-".join("-" * w for w in widths) + "-+-" + "-" * 8]
+    section = ""
+    for result, row in zip(results, rows, strict=True):
+        if result.section != section:
+            section = result.section
+            lines.append(f"[{section}]")
+        lines.append(line(row))
     return "\n".join(lines)
 
 
@@ -410,6 +419,26 @@ def plot(results: list[Result], path: Path) -> bool:
     return True
 
 
+def optional_sections(scale_down: int) -> list[Result]:
+    """Buffers against NumPy, and the GIL's cost on the fake GPU driver: each
+    runs when what it needs is there, else says why not."""
+    # Imported here: both modules import this one.
+    from benchmarks import buffers, fake_gpu
+
+    results = []
+    reason = buffers.numpy_skip_reason()
+    if reason:
+        print(f"[{buffers.SECTION}] skipped: {reason}")
+    else:
+        results += buffers.benchmark(scale_down)
+    reason = fake_gpu.skip_reason()
+    if reason:
+        print(f"[{fake_gpu.SECTION}] skipped: {reason}")
+    else:
+        results += fake_gpu.benchmark(reps=7, number=50_000 // scale_down)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument(
@@ -429,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     results.append(wake_latency(samples=200 // scale_down))
     results.append(ping_pong(reps=5, rounds=2000 // scale_down))
     results += scale(events=1_000_000 // scale_down)
+    for result in results:
+        result.section = "CPU device: queues, events, flags, host functions"
+    results += optional_sections(scale_down)
 
     print(f"machine: {machine()}")
     print(table(results))

@@ -8,21 +8,30 @@ only when ``driver.accelerator_count()`` is non-zero.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+import tempfile
 import threading
 import time
 import warnings
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from max import driver
 from max.driver import (
     CPU,
     Accelerator,
+    Buffer,
     CompletionFlag,
     Device,
     DeviceEvent,
+    DevicePinnedBuffer,
     DeviceQueue,
     DeviceSpec,
+    DLPackArray,
+    Usage,
     accelerator_api,
     accelerator_architecture_name,
     accelerator_count,
@@ -35,6 +44,7 @@ from max.driver import (
 )
 from max.driver import __unsafe_pack_py_host_func as pack_host_func
 from max.driver import driver as helpers
+from max.dtype import DType
 
 WAIT = 10.0
 
@@ -135,6 +145,85 @@ def exercise_queues(device: Device, cpu: CPU) -> list[str]:
     return log
 
 
+def exercise_buffers(device: Device, cpu: CPU) -> list[str]:
+    """Buffers on ``device``: creation, NumPy, views, copies, DLPack."""
+    log: list[str] = []
+    queue = DeviceQueue(device)
+    fresh = Buffer(DType.float32, (2, 3), device)
+    bound = Buffer(DType.float32, [2, 3], stream=queue, usage=Usage.DEFAULT)
+    zeros: Buffer = Buffer.zeros((2, 3), DType.float32, device=device)
+    zeros_on_queue = Buffer.zeros(shape=(4,), dtype=DType.int64, stream=queue)
+    scalar = Buffer.scalar(2.5, DType.float64, device)
+    assert bound.stream is queue and fresh.device is device
+    assert zeros_on_queue.stream is queue and scalar.item() == 2.5
+    shape: tuple[int, ...] = zeros.shape
+    strides: tuple[int, ...] = zeros.strides
+    log.append(f"{zeros.dtype} {shape} {strides} rank={zeros.rank}")
+    assert zeros.num_elements == 6 and zeros.element_size == 4
+    assert zeros.is_contiguous and zeros.is_host == device.is_host
+    assert not zeros.pinned and zeros.usage is Usage.DEFAULT
+    assert zeros._aligned() and zeros._data_ptr() != 0
+
+    # NumPy round trip: from_numpy aliases the array, to_numpy copies
+    # accelerator memory back.
+    data: NDArray[np.float32] = np.arange(6, dtype=np.float32).reshape(2, 3)
+    host = Buffer.from_numpy(data)
+    on_device = host.to(device)
+    back: NDArray[Any] = on_device.to_numpy()
+    assert back.tolist() == data.tolist()
+    assert np.asarray(host).shape == (2, 3)
+
+    # Views and element access.
+    column: Buffer = on_device[:, 1]
+    cell = on_device[1, 2]
+    value: bool | int | float = cell.item()
+    on_device[0, 0] = 10
+    assert value == 5.0 and column.shape == (2,)
+    as_int: Buffer = on_device.view(DType.int32)
+    flat = on_device.view(dtype=DType.float32, shape=(6,))
+    assert as_int.shape == (2, 3) and flat.shape == (6,)
+
+    # Copies: ordered on both queues, no synchronization needed.
+    target = Buffer(DType.float32, (2, 3), queue)
+    target.inplace_copy_from(host)
+    copied: Buffer = host.copy(device)
+    on_queue: Buffer = host.copy(stream=queue)
+    moved: Buffer = host.to(queue)
+    many: list[Buffer] = host.to([cpu, queue])
+    packed: Buffer = on_device[:, ::2].contiguous()
+    assert packed.device is cpu and len(many) == 2
+    log.append(f"copies on {copied.device}, {on_queue.stream}, {moved.stream}")
+
+    # DLPack: numpy arrays and buffers are both DLPackArrays.
+    producers: list[DLPackArray] = [data, host]
+    imported = [Buffer.from_dlpack(p) for p in producers]
+    capsule: Any = host.__dlpack__(max_version=(1, 0))
+    dl_device: tuple[int, int] = on_device.__dlpack_device__()
+    assert capsule is not None and isinstance(host, DLPackArray)
+    assert Buffer.from_dlpack(data, copy=True).shape == (2, 3)
+    log.append(f"dlpack device {dl_device}, {len(imported)} imports")
+
+    # A memory-mapped file, written through with "r+".
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "data.bin")
+        data.tofile(path)
+        mapped = Buffer.mmap(path, DType.float32, (6,), mode="r+", offset=0)
+        mapped[0] = 42.0
+        del mapped
+        assert np.fromfile(path, dtype=np.float32)[0] == 42.0
+
+    if not device.is_host:
+        pinned = DevicePinnedBuffer.zeros((4,), DType.float32, device)
+        window: DevicePinnedBuffer = pinned[1:]
+        staging = Buffer(DType.uint8, (8,), device, Usage.STAGING)
+        assert pinned.pinned and staging.pinned and window.usage is Usage.STAGING
+        assert DevicePinnedBuffer(DType.int8, (2,), stream=queue).stream is queue
+        if hasattr(on_device, "__cuda_array_interface__"):
+            log.append(str(on_device.__cuda_array_interface__["version"]))
+    queue.synchronize(timeout=WAIT)
+    return log
+
+
 def exercise_helpers() -> None:
     """The pure-Python helpers of max.driver.driver."""
     count: int = accelerator_count()
@@ -192,6 +281,7 @@ def main() -> int:
     exercise_helpers()
     exercise_deprecated(cpu)
     exercise_packed_host_func()
+    print(exercise_buffers(cpu, cpu))
     assert not cpu.can_access(cpu)
 
     if driver.accelerator_count():
@@ -199,6 +289,7 @@ def main() -> int:
         assert gpu is Accelerator(id=0)
         print(describe(gpu))
         print(exercise_queues(gpu, cpu))
+        print(exercise_buffers(gpu, cpu))
         assert not gpu.can_access(cpu) and not cpu.can_access(other=gpu)
         if accelerator_count() > 1:
             print("peer access:", gpu.can_access(Accelerator(1)))

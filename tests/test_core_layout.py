@@ -356,8 +356,16 @@ def expected_view(base: Any, parent: Any, new: int, new_shape: Any) -> Any:
         return offset, list(new_shape), contiguous_strides(new_shape)
     try:
         derived = parent.view(f"V{new}")
-    except ValueError:
-        return MXD_INVALID
+    except ValueError as e:
+        if "divisor of the size of original dtype" not in str(e):
+            return MXD_INVALID
+        # NumPy refuses any smaller size that does not divide the old one;
+        # layout.h asks only that the last axis's bytes divide, for strided
+        # views as for contiguous ones: the same bytes, as a view.
+        try:
+            derived = parent.view("V1").view(f"V{new}")
+        except ValueError:
+            return MXD_INVALID
     if new_shape is not None and list(derived.shape) != new_shape:
         return MXD_INVALID  # a strided view is not reshaped
     dims = list(zip(derived.shape, derived.strides, strict=True))

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib.util
 import inspect
 import json
@@ -189,22 +190,48 @@ def test_examples_are_marked_consistently() -> None:
 # The API reference covers the runtime
 
 API_PAGE = DOCS / "api.md"
-NATIVE_CLASSES = ("Device", "DeviceQueue", "DeviceEvent", "CompletionFlag")
+NATIVE_CLASSES = (
+    "Device",
+    "DeviceQueue",
+    "DeviceEvent",
+    "CompletionFlag",
+    "Buffer",
+    "DevicePinnedBuffer",
+)
 # Special methods every reader knows; documented as "==, hash, repr" instead.
 _OBJECT_DUNDERS = set(dir(object)) | {"__reduce__"}
+# Protocol methods users call or hand to other libraries: documented too.
+_PROTOCOL_DUNDERS = {
+    "__cuda_stream__",
+    "__dlpack__",
+    "__dlpack_device__",
+    "__array__",
+    "__cuda_array_interface__",
+    "__getitem__",
+    "__setitem__",
+    "__delitem__",
+}
+
+
+def _is_sunder(name: str) -> bool:
+    """enum's own names (``_member_map_``, ``_generate_next_value_``)."""
+    return len(name) > 2 and name[0] == name[-1] == "_" and name[1] != "_"
 
 
 def _class_members(cls: type) -> list[str]:
     """Members a user can call: public names, the SPEC's ``__unsafe_*``
-    methods, ``__cuda_stream__`` and the single-underscore names of the
-    native types (``_device_context_ptr``, ``_unsafe_ptr``)."""
+    methods, the protocol methods above and the single-underscore names of
+    the native types (``_device_context_ptr``, ``_unsafe_ptr``, but not
+    enum's own names of ``Usage``)."""
     names: list[str] = []
     for name in vars(cls):
         if name in _OBJECT_DUNDERS or name.startswith("__dataclass"):
             continue
         if name.startswith("__") and name.endswith("__"):
-            if name == "__cuda_stream__":
+            if name in _PROTOCOL_DUNDERS:
                 names.append(name)
+            continue
+        if _is_sunder(name) and issubclass(cls, enum.Enum):
             continue
         if name.startswith("_") and cls.__module__ != "max._core.driver":
             continue
@@ -260,6 +287,8 @@ def _help_signatures() -> dict[str, str]:
             fn = value.__func__ if isinstance(value, staticmethod) else value
             if name in _OBJECT_DUNDERS or not callable(fn):
                 continue
+            if type(value).__name__ == "classmethod_descriptor":
+                fn = getattr(cls, name)  # as help() shows it: without cls
             if getattr(fn, "__text_signature__", None) is None:
                 continue
             out[f"{cls_name}.{name}"] = f"{name}{inspect.signature(fn)}"
@@ -269,6 +298,8 @@ def _help_signatures() -> dict[str, str]:
         "DeviceQueue",
         "DeviceEvent",
         "CompletionFlag",
+        "Buffer",
+        "DevicePinnedBuffer",
     ):
         sig = inspect.signature(getattr(driver, cls_name))
         out[cls_name] = f"{cls_name}{sig}"
@@ -295,13 +326,28 @@ def test_api_shows_help_signatures() -> None:
     )
 
 
+OVERLOADED = (
+    "DeviceQueue.record_event",
+    "DeviceQueue.wait_for",
+    "Buffer",
+    "Buffer.zeros",
+    "Buffer.copy",
+    "Buffer.to",
+    "DevicePinnedBuffer",
+)
+
+
 def test_api_documents_overloads() -> None:
+    """Every overload a docstring lists is in the section, word for word."""
     sections = _api_sections()
-    for method in ("record_event", "wait_for"):
-        doc = getattr(driver.DeviceQueue, method).__doc__
+    for where in OVERLOADED:
+        obj = driver
+        for part in where.split("."):
+            obj = getattr(obj, part)
+        doc = obj.__doc__
         assert doc
-        overloads = re.findall(r"^\s*\d+\. (\w+\(self.*\) -> \w+)$", doc, re.M)
+        overloads = re.findall(r"^\s*\d+\. (\w+\(.*\)(?: -> .+)?)$", doc, re.M)
         assert len(overloads) >= 2, doc
-        body = sections[f"DeviceQueue.{method}"]
+        body = sections[where]
         missing = [o for o in overloads if o not in body]
-        assert not missing, f"DeviceQueue.{method}: overloads missing: {missing}"
+        assert not missing, f"{where}: overloads missing: {missing}"

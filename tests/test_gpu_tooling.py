@@ -65,6 +65,11 @@ def test_raw_driver_without_a_driver_fails_cleanly(raw_library):
         raw.time_ns("raw_event_record_ns", 0, 10)
     with pytest.raises(RuntimeError, match="dlopen"):
         raw.open("/nonexistent/libcuda.so.1", 0)
+    with pytest.raises(RuntimeError, match="raw_open"):
+        raw.time_ns("raw_copy_ns", 0, 4096, 0, 10, 1)
+    # A copy of no kind raw_driver.c knows is refused before anything.
+    with pytest.raises(RuntimeError, match="bad kind 3"):
+        raw.time_ns("raw_copy_ns", 3, 4096, 0, 10, 1)
     # The host-only baselines need no driver.
     assert 0 < raw.time_ns("raw_host_store_ns", 100_000) < 1000
     assert 0 < raw.time_ns("raw_load_ns", 100_000) < 1000
@@ -81,7 +86,6 @@ def test_raw_driver_reports_the_stub_library(raw_library):
         raw.open(str(CUDA_STUB), 0)
     with pytest.raises(RuntimeError, match="raw_open"):
         raw.time_ns("raw_stream_query_ns", 0, 10)
-
 
 
 def _load_fake_builder():
@@ -233,9 +237,31 @@ def test_gpu_benchmarks_run_end_to_end_on_the_fake_driver(fake_cuda, tmp_path):
     assert "overhead over raw driver" in proc.stdout
     report = json.loads((tmp_path / "gpu-latest.json").read_text())
     names = {r["name"] for r in report["results"]}
-    for op in ("record_event(ev)", "wait_for(queue)", "queue.synchronize() idle"):
+    for op in (
+        "record_event(ev)",
+        "wait_for(queue)",
+        "queue.synchronize() idle",
+        "4 KiB copy pinned -> device (inplace_copy_from)",
+    ):
         assert f"{op}: overhead over raw driver, ns" in names
+    # Every copy ran against its raw twin (quick: 8 MiB copies).
+    copies = {r["name"]: r for r in report["results"] if "MiB: bandwidth" in r["name"]}
+    assert set(copies) == {
+        f"{c}, 8 MiB: bandwidth / raw"
+        for c in (
+            "pinned host -> device",
+            "device -> pinned host",
+            "device -> device",
+            "pageable host -> device (staged, vs raw pinned)",
+        )
+    }
+    for r in copies.values():
+        assert r["higher_is_better"] and r["ratio"] > 0, r
+    if report["machine"]["torch"] == "not measured":
+        assert "torch.Tensor.to(non_blocking=True): not compared" in proc.stdout
     assert (tmp_path / "gpu-latest.txt").is_file()
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "gpu-copies.png").is_file()
 
 
 def test_gpu_tests_skip_on_the_fake_driver(fake_cuda):

@@ -36,6 +36,14 @@ EXPECTED_ALL = {
     "load_devices",
     "scan_available_devices",
     "backend_selection",
+    "Buffer",
+    "DevicePinnedBuffer",
+    "Usage",
+    "DLPackArray",
+    "LaunchTraceEntry",
+    "begin_launch_trace",
+    "take_launch_trace",
+    "launch_trace",
 }
 NATIVE_TYPES = (
     "Device",
@@ -44,6 +52,10 @@ NATIVE_TYPES = (
     "DeviceQueue",
     "DeviceEvent",
     "CompletionFlag",
+    "Buffer",
+    "DevicePinnedBuffer",
+    "Usage",
+    "LaunchTraceEntry",
 )
 PACK = "__unsafe_pack_py_host_func"
 Py_TPFLAGS_BASETYPE = 1 << 10
@@ -183,6 +195,32 @@ def _stub_functions(body: list[ast.stmt]) -> dict[str, list[ast.FunctionDef]]:
     return functions
 
 
+def _stub_attributes(body: list[ast.stmt]) -> set[str]:
+    """Names a class body assigns (enum members such as ``Usage.STAGING``)
+    or defines as nested classes (``LaunchTraceEntry.MemcpyKind``)."""
+    names: set[str] = set()
+    for node in body:
+        if isinstance(node, ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def _stub_base(name: str) -> type:
+    """A stub class's base: a type of the module, or one the stub imports
+    from the standard library (``enum.Flag``)."""
+    if hasattr(core, name):
+        return getattr(core, name)
+    for node in _stub_tree().body:
+        if isinstance(node, ast.ImportFrom) and node.module in ("enum",):
+            if any(alias.name == name for alias in node.names):
+                return getattr(importlib.import_module(node.module), name)
+    raise AssertionError(f"stub base {name} is neither native nor imported")
+
+
 def _stub_classes() -> dict[str, ast.ClassDef]:
     return {n.name: n for n in _stub_tree().body if isinstance(n, ast.ClassDef)}
 
@@ -199,17 +237,23 @@ def _literal(node: ast.expr) -> Any:
     return ast.literal_eval(node)
 
 
-def _stub_params(fn: ast.FunctionDef) -> list[tuple[str, Any]]:
-    """(name, default or inspect.Parameter.empty), without ``self``."""
+_P = inspect.Parameter
+
+
+def _stub_params(fn: ast.FunctionDef) -> list[tuple[str, Any, Any]]:
+    """(name, default or inspect.Parameter.empty, kind), without ``self``."""
     args = fn.args
-    positional = [*args.posonlyargs, *args.args]
-    defaults: list[Any] = [inspect.Parameter.empty] * (
-        len(positional) - len(args.defaults)
-    )
+    positional = [
+        *((a, _P.POSITIONAL_ONLY) for a in args.posonlyargs),
+        *((a, _P.POSITIONAL_OR_KEYWORD) for a in args.args),
+    ]
+    defaults: list[Any] = [_P.empty] * (len(positional) - len(args.defaults))
     defaults += [_literal(d) for d in args.defaults]
-    params = list(zip((a.arg for a in positional), defaults, strict=True))
+    params = [
+        (a.arg, d, kind) for (a, kind), d in zip(positional, defaults, strict=True)
+    ]
     params += [
-        (a.arg, inspect.Parameter.empty if d is None else _literal(d))
+        (a.arg, _P.empty if d is None else _literal(d), _P.KEYWORD_ONLY)
         for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
     ]
     if params and params[0][0] in ("self", "cls"):
@@ -217,14 +261,16 @@ def _stub_params(fn: ast.FunctionDef) -> list[tuple[str, Any]]:
     return params
 
 
-def _runtime_params(obj: Any) -> list[tuple[str, Any]]:
+def _runtime_params(obj: Any) -> list[tuple[str, Any, Any]]:
+    """As _stub_params; SPEC §10 wants positional-or-keyword parameters, so
+    another kind must be declared the same way in the stub (DLPack's and
+    NumPy's conventions: ``from_numpy(array, /)``, ``from_dlpack(obj, /, *,
+    copy=None)``)."""
     sig = inspect.signature(obj)
     params = list(sig.parameters.values())
     if params and params[0].name in ("self", "cls", "$self", "type"):
         params = params[1:]
-    for p in params:
-        assert p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, (obj, p)
-    return [(p.name, p.default) for p in params]
+    return [(p.name, p.default, p.kind) for p in params]
 
 
 def test_stub_module_names_match_runtime() -> None:
@@ -242,7 +288,7 @@ def test_stub_module_names_match_runtime() -> None:
 def test_stub_class_members_exist_at_runtime() -> None:
     for cls_name, node in _stub_classes().items():
         cls = getattr(core, cls_name)
-        for name in _stub_functions(node.body):
+        for name in [*_stub_functions(node.body), *_stub_attributes(node.body)]:
             if name == "__cuda_stream__":
                 continue  # only on CUDA queues
             assert hasattr(cls, name), f"{cls_name}.{name} missing at runtime"
@@ -252,7 +298,7 @@ def test_runtime_class_members_are_in_stub() -> None:
     classes = _stub_classes()
     for cls_name, node in classes.items():
         cls = getattr(core, cls_name)
-        stub_members = set(_stub_functions(node.body))
+        stub_members = set(_stub_functions(node.body)) | _stub_attributes(node.body)
         for base in node.bases:
             if isinstance(base, ast.Name) and base.id in classes:
                 stub_members |= set(_stub_functions(classes[base.id].body))
@@ -273,7 +319,7 @@ def test_final_types_match_stub() -> None:
         assert stub_final == runtime_final, cls_name
         for base in node.bases:
             assert isinstance(base, ast.Name)
-            assert issubclass(cls, getattr(core, base.id))
+            assert issubclass(cls, _stub_base(base.id))
 
 
 def _callables() -> list[tuple[str, Any, list[ast.FunctionDef]]]:
@@ -313,13 +359,18 @@ def test_overloads_listed_in_docstring() -> None:
     assert {q for q, _, _ in overloaded} == {
         "DeviceQueue.record_event",
         "DeviceQueue.wait_for",
+        "Buffer",
+        "Buffer.zeros",
+        "Buffer.copy",
+        "Buffer.to",
+        "DevicePinnedBuffer",
     }
     for qualname, obj, defs in overloaded:
         name = qualname.rsplit(".", 1)[-1]
         lines = [ln for ln in obj.__doc__.splitlines() if f"{name}(" in ln]
         for fn in defs:
             assert "overload" in _decorators(fn)
-            params = [p for p, _ in _stub_params(fn)]
+            params = [p for p, _, _ in _stub_params(fn)]
             assert any(all(p in ln for p in params) for ln in lines), (
                 qualname,
                 params,

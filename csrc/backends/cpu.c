@@ -104,7 +104,7 @@ static cpu_event *as_cpu_event(mxd_event *ev)
     return (cpu_event *)ev;
 }
 
-/* ---- Stamps -------------------------------------------------------------- */
+/* ---- Stamps ------------------------------------------------------------- */
 
 static cpu_stamp *stamp_new(void)
 {
@@ -172,7 +172,7 @@ static bool value_arg_reached(const void *arg)
     return mxd_flag_load(v->flag) == v->value;
 }
 
-/* ---- Running items (on the drain thread) --------------------------------- */
+/* ---- Running items (on the drain thread) -------------------------------- */
 
 static void run_kickoff_job(mxd_job *job);
 static void run_transfer(cpu_transfer *t);
@@ -265,7 +265,7 @@ static void drain(mxd_job *job)
     mxd_queue_release(&q->base); /* taken when the drain was submitted */
 }
 
-/* ---- Enqueueing ---------------------------------------------------------- */
+/* ---- Enqueueing --------------------------------------------------------- */
 
 static cpu_item *item_new(item_kind kind, mxd_error *err)
 {
@@ -349,8 +349,7 @@ static cpu_point current_point(cpu_queue *q)
     return (cpu_point){q, ticket};
 }
 
-/* ---- Queue operations ------------------------------------------------------
- */
+/* ---- Queue operations --------------------------------------------------- */
 
 static mxd_status cpu_queue_create(mxd_device *dev, mxd_queue **out,
                                    mxd_error *err)
@@ -477,7 +476,7 @@ static mxd_status cpu_queue_async_kickoff(mxd_queue *q, mxd_host_fn fn,
     return st;
 }
 
-/* ---- Events -------------------------------------------------------------- */
+/* ---- Events ------------------------------------------------------------- */
 
 _Static_assert(sizeof(cpu_event) <= MXD_EVENT_STORAGE_SIZE,
                "a CPU event must fit in mxd_event_storage");
@@ -625,8 +624,7 @@ static mxd_status cpu_event_elapsed(mxd_event *start, mxd_event *end,
     return st;
 }
 
-/* ---- Flags ----------------------------------------------------------------
- */
+/* ---- Flags -------------------------------------------------------------- */
 
 static mxd_status cpu_flag_slot_alloc(mxd_flag *flag, mxd_error *err)
 {
@@ -642,8 +640,7 @@ static void cpu_flag_slot_free(mxd_flag *flag)
     free((void *)flag->slot);
 }
 
-/* ---- The CPU device --------------------------------------------------------
- */
+/* ---- The CPU device ----------------------------------------------------- */
 
 static bool cpu_is_host_unified(const mxd_device *dev)
 {

@@ -62,6 +62,17 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_MEM_OPS_ATTRIBUTE                                                  \
     "CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS"
 
+/* The entry points copies and fills use, by name (the launch trace). */
+#define API_NAME_HTOD "cuMemcpyHtoDAsync"
+#define API_NAME_DTOH "cuMemcpyDtoHAsync"
+#define API_NAME_DTOD "cuMemcpyDtoDAsync"
+#define API_NAME_PEER "cuMemcpyPeerAsync"
+#define API_NAME_2D "cuMemcpy2DAsync"
+#define API_NAME_MEMSET(width)                                                 \
+    ((width) == 1   ? "cuMemsetD8Async"                                        \
+     : (width) == 2 ? "cuMemsetD16Async"                                       \
+                    : "cuMemsetD32Async")
+
 #define API_SUCCESS MXD_CU_SUCCESS
 #define API_NOT_READY MXD_CU_ERROR_NOT_READY
 #define API_STREAM_NON_BLOCKING MXD_CU_STREAM_NON_BLOCKING
@@ -73,7 +84,7 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_GRAPH_MEM_USED MXD_CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT
 #define API_GRAPH_MEM_RESERVED MXD_CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT
 
-/* ---- Results ------------------------------------------------------------- */
+/* ---- Results ------------------------------------------------------------ */
 
 /* Names for results that drivers whose cuGetErrorName fails too (such as
  * the CUDA Toolkit's stub library) return at initialisation. */
@@ -108,8 +119,7 @@ static const char *error_text(cu_result rc)
     return text;
 }
 
-/* ---- Loading ---------------------------------------------------------------
- */
+/* ---- Loading ------------------------------------------------------------ */
 
 /* The driver's CUDA version (cuDriverGetVersion needs no cuInit), or 0. */
 static int driver_version;
@@ -160,7 +170,7 @@ static int api_driver_version(void)
     return driver_version;
 }
 
-/* ---- Devices and contexts ------------------------------------------------ */
+/* ---- Devices and contexts ----------------------------------------------- */
 
 static mxd_status api_open_device(int id, api_device *d, mxd_error *err)
 {
@@ -206,8 +216,7 @@ static mxd_status api_device_architecture(api_device *d, char *buf, size_t size,
     return st;
 }
 
-/* ---- Mapped memory and stream memory operations ----------------------------
- */
+/* ---- Mapped memory and stream memory operations ------------------------- */
 
 static mxd_status api_host_device_ptr(uintptr_t *device, void *host,
                                       mxd_error *err)
@@ -258,7 +267,7 @@ static mxd_status api_wait_value_geq(gpu_stream s, uintptr_t device_ptr,
     return wait_value(s, device_ptr, value, MXD_CU_STREAM_WAIT_VALUE_GEQ, err);
 }
 
-/* ---- Device memory, copies and fills ----------------------------------- */
+/* ---- Device memory, copies and fills ------------------------------------ */
 
 /* Stream-ordered allocation needs the entry points and the device's
  * memory pools. */

@@ -59,6 +59,16 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_add_callback hipStreamAddCallback
 #define API_wait_value hipStreamWaitValue64
 #define API_MEM_OPS_ATTRIBUTE "hipDeviceAttributeCanUseStreamWaitValue"
+/* The entry points copies and fills use, by name (the launch trace). */
+#define API_NAME_HTOD "hipMemcpyHtoDAsync"
+#define API_NAME_DTOH "hipMemcpyDtoHAsync"
+#define API_NAME_DTOD "hipMemcpyDtoDAsync"
+#define API_NAME_PEER "hipMemcpyPeerAsync"
+#define API_NAME_2D "hipMemcpy2DAsync"
+#define API_NAME_MEMSET(width)                                                 \
+    ((width) == 1   ? "hipMemsetD8Async"                                       \
+     : (width) == 2 ? "hipMemsetD16Async"                                      \
+                    : "hipMemsetD32Async")
 
 #define API_SUCCESS MXD_HIP_SUCCESS
 #define API_NOT_READY MXD_HIP_ERROR_NOT_READY
@@ -71,7 +81,7 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_GRAPH_MEM_USED MXD_HIP_GRAPH_MEM_ATTR_USED_MEM_CURRENT
 #define API_GRAPH_MEM_RESERVED MXD_HIP_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT
 
-/* ---- Results ------------------------------------------------------------- */
+/* ---- Results ------------------------------------------------------------ */
 
 static const char *error_name(hip_result rc)
 {
@@ -84,8 +94,7 @@ static const char *error_text(hip_result rc)
     return drv.hipGetErrorString ? drv.hipGetErrorString(rc) : NULL;
 }
 
-/* ---- Loading ---------------------------------------------------------------
- */
+/* ---- Loading ------------------------------------------------------------ */
 
 /* ROCm 6 renamed the ABI of hipGetDeviceProperties and kept the ROCm 5
  * layout we declare as hipGetDevicePropertiesR0000: prefer that name. */
@@ -116,8 +125,7 @@ static int api_driver_version(void)
     return 0;
 }
 
-/* ---- Devices
- * ------------------------------------------------------------------ */
+/* ---- Devices ------------------------------------------------------------ */
 
 static mxd_status api_open_device(int id, api_device *d, mxd_error *err)
 {
@@ -170,8 +178,7 @@ static mxd_status api_device_architecture(api_device *d, char *buf, size_t size,
     return st;
 }
 
-/* ---- Mapped memory and stream memory operations ----------------------------
- */
+/* ---- Mapped memory and stream memory operations ------------------------- */
 
 static mxd_status api_host_device_ptr(uintptr_t *device, void *host,
                                       mxd_error *err)
@@ -215,7 +222,7 @@ static mxd_status api_wait_value_geq(gpu_stream s, uintptr_t device_ptr,
     return wait_value(s, device_ptr, value, MXD_HIP_STREAM_WAIT_VALUE_GTE, err);
 }
 
-/* ---- Device memory, copies and fills ----------------------------------- */
+/* ---- Device memory, copies and fills ------------------------------------ */
 
 static bool api_has_memory_pools(api_device *d)
 {

@@ -15,6 +15,7 @@
 #include "memory.h"
 #include "mxd.h"
 #include "sync.h"
+#include "trace.h"
 
 typedef struct mxd_backend mxd_backend;
 
@@ -147,13 +148,16 @@ struct mxd_backend {
      * thread when that could be a driver callback thread. */
     void (*memory_free)(mxd_memory *m);
     /* Copies and fills (memory.h).  The backend of whichever side is an
-     * accelerator copies; CPU-only copies are the CPU backend's. */
+     * accelerator copies; CPU-only copies are the CPU backend's.  On
+     * success `note` says which entry point moved the data and which queue
+     * runs it (for the launch trace); the generic layer fills it in with
+     * "memcpy" / "memset" and the destination's queue first. */
     mxd_status (*copy)(const mxd_view *dst, const mxd_view *src,
                        const mxd_copy_plan *plan, const mxd_wait *wait,
-                       mxd_error *err);
+                       mxd_trace_note *note, mxd_error *err);
     mxd_status (*fill)(const mxd_view *dst, const mxd_copy_plan *plan,
                        const void *element, const mxd_wait *wait,
-                       mxd_error *err);
+                       mxd_trace_note *note, mxd_error *err);
 };
 
 extern const mxd_backend mxd_cpu_backend;
@@ -176,7 +180,7 @@ typedef struct mxd_gpu_probe {
 extern const mxd_backend mxd_cuda_backend, mxd_hip_backend;
 extern const mxd_gpu_probe mxd_cuda_probe, mxd_hip_probe;
 
-/* ---- Shared helpers (error.c) ----------------------------------------- */
+/* ---- Shared helpers (error.c) ------------------------------------------- */
 
 /* Fills err (status and printf-style message) and returns the status. */
 mxd_status mxd_fail(mxd_error *err, mxd_status status, const char *fmt, ...)
@@ -186,7 +190,7 @@ mxd_status mxd_fail_driver(mxd_error *err, int code, const char *name,
                            const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* ---- Processes (process.c) --------------------------------------------- */
+/* ---- Processes (process.c) ---------------------------------------------- */
 
 /* Incremented in the child of every fork().  Objects remember the epoch
  * they were made in: an object from before a fork refers to threads, locks
@@ -224,11 +228,14 @@ void mxd_selection_fork_prepare(void);
 void mxd_selection_fork_parent(void);
 void mxd_selection_fork_child(void);
 
-/* ---- Memory (memory.c) ------------------------------------------------ */
+/* ---- Memory (memory.c) -------------------------------------------------- */
 
-/* Up to `max` of the queues besides its owner that m was handed to
- * (borrowed: m keeps them until mxd_memory_drop_queues). */
-size_t mxd_memory_users(mxd_memory *m, mxd_queue **out, size_t max);
+/* Calls visit(queue, ctx) for every queue besides its owner that m was
+ * handed to.  Only for memory past its last release (nobody can add a
+ * user meanwhile), so visit runs without a lock and may call the driver. */
+void mxd_memory_visit_users(mxd_memory *m,
+                            void (*visit)(mxd_queue *user, void *ctx),
+                            void *ctx);
 /* Releases the owner and user queues: the last step before a backend
  * frees the object. */
 void mxd_memory_drop_queues(mxd_memory *m);
@@ -242,7 +249,7 @@ void mxd_queue_finish_retire(mxd_queue *q);
 /* MXD_OK when new objects may be made on dev in this process. */
 mxd_status mxd_device_check(const mxd_device *dev, mxd_error *err);
 
-/* ---- Host work (hostwork.c) ------------------------------------------- */
+/* ---- Host work (hostwork.c) --------------------------------------------- */
 
 /* Runs fn inside the registered host runner, or discards it when the runner
  * refuses (interpreter finalizing).  Used for one-off host work. */
@@ -257,5 +264,7 @@ typedef struct mxd_host_batch {
 void mxd_host_batch_run(mxd_host_batch *batch, mxd_host_fn fn);
 void mxd_host_batch_end(mxd_host_batch *batch);
 void mxd_set_host_runner(const mxd_host_runner *runner);
+/* Tells the runner that this worker thread is exiting. */
+void mxd_host_thread_exit(void);
 
 #endif /* MXD_BACKEND_H */

@@ -189,7 +189,7 @@ mxd_status mxd_copy_plan_layouts(mxd_copy_plan *plan_out, const mxd_layout *dst,
                 src->offset, src_strides, dst->offset, dst_strides, err);
 }
 
-/* ---- Iteration --------------------------------------------------------- */
+/* ---- Iteration ---------------------------------------------------------- */
 
 void mxd_copy_iter_init(mxd_copy_iter *it, const mxd_copy_plan *plan_in)
 {

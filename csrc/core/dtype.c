@@ -6,7 +6,7 @@
 
 #include "backend.h"
 
-/* ---- Small float formats ----------------------------------------------- */
+/* ---- Small float formats ------------------------------------------------ */
 
 /* How a format spends its special encodings. */
 typedef enum fp_specials {

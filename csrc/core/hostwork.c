@@ -38,6 +38,12 @@ void mxd_host_batch_end(mxd_host_batch *batch)
     batch->token = NULL;
 }
 
+void mxd_host_thread_exit(void)
+{
+    if (host_runner.thread_exit)
+        host_runner.thread_exit();
+}
+
 void mxd_host_fn_run_alone(mxd_host_fn fn)
 {
     mxd_host_batch batch = {0};

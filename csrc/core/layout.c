@@ -22,7 +22,7 @@ static void copy_dims(int64_t *dst, const int64_t *src, int n)
         dst[i] = src[i];
 }
 
-/* ---- Sizes ------------------------------------------------------------- */
+/* ---- Sizes -------------------------------------------------------------- */
 
 mxd_status mxd_shape_size(int rank, const int64_t *shape, int64_t element_size,
                           int64_t *count, int64_t *bytes, mxd_error *err)
@@ -73,7 +73,7 @@ void mxd_contiguous_strides(int rank, const int64_t *shape, int64_t *strides)
     }
 }
 
-/* ---- Contiguity, extent, bounds ---------------------------------------- */
+/* ---- Contiguity, extent, bounds ----------------------------------------- */
 
 bool mxd_layout_is_contiguous(const mxd_layout *v)
 {
@@ -162,7 +162,7 @@ mxd_status mxd_layout_check(const mxd_layout *v, mxd_error *err)
     return MXD_OK;
 }
 
-/* ---- Indexing ---------------------------------------------------------- */
+/* ---- Indexing ----------------------------------------------------------- */
 
 static mxd_status bad_count(int rank, int count, mxd_error *err)
 {
@@ -343,7 +343,7 @@ mxd_status mxd_layout_locate(const mxd_layout *in, const int64_t *indices,
     return MXD_OK;
 }
 
-/* ---- Reinterpreting ---------------------------------------------------- */
+/* ---- Reinterpreting ----------------------------------------------------- */
 
 /* The shape of view(dtype) without a shape: the last dimension rescaled. */
 static mxd_status derived_shape(const mxd_layout *in, int64_t element_size,

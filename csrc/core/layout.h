@@ -36,7 +36,7 @@ typedef struct mxd_layout {
     int64_t memory_size;  /* bytes of the memory the view lives in */
 } mxd_layout;
 
-/* ---- Sizes ------------------------------------------------------------- */
+/* ---- Sizes -------------------------------------------------------------- */
 
 /* The element count and byte size of `shape` (either output may be NULL).
  * Rank 0 has one element.  MXD_INVALID for a rank outside 0..MXD_MAX_RANK,
@@ -53,7 +53,7 @@ mxd_status mxd_shape_size(int rank, const int64_t *shape, int64_t element_size,
  * buffer stay those of its shape with the zeros replaced by ones. */
 void mxd_contiguous_strides(int rank, const int64_t *shape, int64_t *strides);
 
-/* ---- Contiguity, extent, bounds ---------------------------------------- */
+/* ---- Contiguity, extent, bounds ----------------------------------------- */
 
 /* True when the view is row-major contiguous with positive strides: every
  * dimension of size above 1 has the stride of a fresh buffer of the view's
@@ -82,7 +82,7 @@ bool mxd_byte_extent(int rank, const int64_t *shape, const int64_t *strides,
  * elements is inside any memory. */
 mxd_status mxd_layout_check(const mxd_layout *v, mxd_error *err);
 
-/* ---- Indexing ---------------------------------------------------------- */
+/* ---- Indexing ----------------------------------------------------------- */
 
 /* One entry of buf[idx]: an integer or a slice.  Slice fields are any
  * int64 (as PySlice_Unpack clamps Python ints; a step of -2**63 counts as
@@ -117,7 +117,7 @@ mxd_status mxd_layout_index(const mxd_layout *in, const mxd_index *entries,
 mxd_status mxd_layout_locate(const mxd_layout *in, const int64_t *indices,
                              int count, int64_t *offset, mxd_error *err);
 
-/* ---- Reinterpreting: view(dtype, shape=None) --------------------------- */
+/* ---- Reinterpreting: view(dtype, shape=None) ---------------------------- */
 
 /* out = the same bytes as elements of `element_size` bytes, starting at the
  * byte where `in` starts (aligned or not); memory size kept.
@@ -147,7 +147,7 @@ mxd_status mxd_layout_reinterpret(const mxd_layout *in, int64_t element_size,
                                   const int64_t *shape, int rank,
                                   mxd_layout *out, mxd_error *err);
 
-/* ---- Copy and fill plans ----------------------------------------------- */
+/* ---- Copy and fill plans ------------------------------------------------ */
 
 /* One 2-D block: `height` rows of `width` bytes, row r copied from byte
  * src_offset + r * src_pitch (of the source memory) to byte
@@ -224,7 +224,7 @@ void mxd_copy_iter_init(mxd_copy_iter *it, const mxd_copy_plan *plan);
 /* Writes the next block and returns true, or returns false at the end. */
 bool mxd_copy_iter_next(mxd_copy_iter *it, mxd_copy_block *block);
 
-/* ---- Host execution ---------------------------------------------------- */
+/* ---- Host execution ----------------------------------------------------- */
 
 /* Runs a copy plan between host memory at src_base and dst_base (the bases
  * its offsets count from).  The result is always as if the source were

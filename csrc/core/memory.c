@@ -121,14 +121,12 @@ mxd_status mxd_memory_use_on(mxd_memory *m, mxd_queue *q, mxd_error *err)
     return MXD_OK;
 }
 
-size_t mxd_memory_users(mxd_memory *m, mxd_queue **out, size_t max)
+void mxd_memory_visit_users(mxd_memory *m,
+                            void (*visit)(mxd_queue *user, void *ctx),
+                            void *ctx)
 {
-    size_t n = 0;
-    mxd_spin_lock(&m->lock);
-    for (user_node *u = m->users; u && n < max; u = u->next)
-        out[n++] = u->queue;
-    mxd_spin_unlock(&m->lock);
-    return n;
+    for (user_node *u = m->users; u; u = u->next)
+        visit(u->queue, ctx);
 }
 
 void mxd_memory_drop_queues(mxd_memory *m)
@@ -187,7 +185,7 @@ int64_t mxd_memory_size(const mxd_memory *m)
     return m->size;
 }
 
-/* ---- Copies and fills ---------------------------------------------------- */
+/* ---- Copies and fills --------------------------------------------------- */
 
 static mxd_status check_view(const mxd_view *v, const char *which,
                              mxd_error *err)
@@ -239,6 +237,17 @@ static bool same_shape(const mxd_layout *a, const mxd_layout *b)
            memcmp(a->shape, b->shape, (size_t)a->rank * sizeof *a->shape) == 0;
 }
 
+/* SPEC §14: pinned memory counts as host, and a copy between two host
+ * buffers (CPU or pinned) is DTOD. */
+static int memcpy_kind(const mxd_view *dst, const mxd_view *src)
+{
+    bool from_host = src->memory->host != NULL;
+    bool to_host = dst->memory->host != NULL;
+    return from_host && !to_host   ? MXD_MEMCPY_HTOD
+           : !from_host && to_host ? MXD_MEMCPY_DTOH
+                                   : MXD_MEMCPY_DTOD;
+}
+
 /* The backend that moves the data: an accelerator's when either side is
  * on one (a process drives one GPU backend), else the CPU's. */
 static const mxd_backend *copier(const mxd_view *dst, const mxd_view *src)
@@ -285,7 +294,11 @@ mxd_status mxd_copy(const mxd_view *dst, const mxd_view *src,
                       "be copied");
     if (st != MXD_OK)
         return st;
-    return copier(dst, src)->copy(dst, src, &plan, wait, err);
+    mxd_trace_note note = {"memcpy", dst->queue, 0, 0};
+    st = copier(dst, src)->copy(dst, src, &plan, wait, &note, err);
+    if (st == MXD_OK && mxd_trace_active())
+        mxd_trace_copy(&note, memcpy_kind(dst, src), (uint64_t)plan.bytes);
+    return st;
 }
 
 mxd_status mxd_fill(const mxd_view *dst, const void *element,
@@ -304,5 +317,12 @@ mxd_status mxd_fill(const mxd_view *dst, const void *element,
                             strides, err);
     if (st != MXD_OK || plan.blocks == 0)
         return st;
-    return dst->memory->ops->fill(dst, &plan, element, wait, err);
+    mxd_trace_note note = {"memset", dst->queue, 0,
+                           (int)dst->layout.element_size};
+    memcpy(&note.value, element,
+           dst->layout.element_size < 4 ? (size_t)dst->layout.element_size : 4);
+    st = dst->memory->ops->fill(dst, &plan, element, wait, &note, err);
+    if (st == MXD_OK && mxd_trace_active())
+        mxd_trace_fill(&note, (uint64_t)plan.bytes);
+    return st;
 }

@@ -66,6 +66,9 @@ typedef struct mxd_wait {
 typedef struct mxd_host_runner {
     void *(*enter)(void);
     void (*leave)(void *token);
+    /* Optional: a worker thread that entered the runner is about to exit
+     * (the runner may keep per-thread state between entries). */
+    void (*thread_exit)(void);
 } mxd_host_runner;
 
 typedef struct mxd_host_fn {
@@ -74,7 +77,7 @@ typedef struct mxd_host_fn {
     void *data;
 } mxd_host_fn;
 
-/* ---- Initialisation and backend selection ------------------------------ */
+/* ---- Initialisation and backend selection ------------------------------- */
 
 /* Reads MAX_DRIVER_BACKEND / MAX_DRIVER_{CUDA,HIP}_LIBRARY and picks the
  * accelerator backend.  Idempotent.  Fails (MXD_IMPORT) only when a forced
@@ -103,7 +106,7 @@ int mxd_accelerator_count(void);
 /* "cuda" or "hip", or NULL when there is no accelerator backend. */
 const char *mxd_accelerator_api(void);
 
-/* ---- Devices (never destroyed; one object per device) ------------------ */
+/* ---- Devices (never destroyed; one object per device) ------------------- */
 
 mxd_device *mxd_cpu(void);
 mxd_status mxd_accelerator(int id, mxd_device **out, mxd_error *err);
@@ -152,7 +155,7 @@ typedef struct mxd_device_features {
 mxd_status mxd_device_features_of(const mxd_device *dev,
                                   mxd_device_features *out, mxd_error *err);
 
-/* ---- Queues ------------------------------------------------------------ */
+/* ---- Queues ------------------------------------------------------------- */
 
 mxd_status mxd_queue_create(mxd_device *dev, mxd_queue **out, mxd_error *err);
 void mxd_queue_retain(mxd_queue *q);
@@ -202,7 +205,7 @@ mxd_status mxd_queue_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_error *err);
 mxd_status mxd_queue_async_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
                                    uint64_t value, mxd_error *err);
 
-/* ---- Events ------------------------------------------------------------ */
+/* ---- Events ------------------------------------------------------------- */
 
 /* An event lives in storage its owner provides (the binding embeds it in
  * each DeviceEvent object), which spares an allocation on record_event(),
@@ -228,7 +231,7 @@ mxd_status mxd_event_synchronize(mxd_event *ev, const mxd_wait *wait,
 mxd_status mxd_event_elapsed(mxd_event *start, mxd_event *end, double *ms,
                              mxd_error *err);
 
-/* ---- Completion flags -------------------------------------------------- */
+/* ---- Completion flags --------------------------------------------------- */
 
 mxd_status mxd_flag_create(mxd_device *dev, mxd_flag **out, mxd_error *err);
 void mxd_flag_retain(mxd_flag *flag);
@@ -240,7 +243,7 @@ uintptr_t mxd_flag_device_ptr(const mxd_flag *flag);
 void mxd_flag_signal(mxd_flag *flag, uint64_t value);
 uint64_t mxd_flag_load(const mxd_flag *flag); /* acquire load */
 
-/* ---- Cleanup --------------------------------------------------------- */
+/* ---- Cleanup ------------------------------------------------------------ */
 
 /* Destroys and frees the driver refused, done where nobody could be told
  * (on the core's cleanup thread): how many, and the last one's message

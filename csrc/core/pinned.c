@@ -77,7 +77,7 @@ void mxd_pinned_slot_release(mxd_pinned_slot *slot)
     pthread_mutex_unlock(&pool->mu);
 }
 
-/* ---- Blocks -------------------------------------------------------------- */
+/* ---- Blocks ------------------------------------------------------------- */
 
 enum { MIN_BLOCK = 4096 };
 

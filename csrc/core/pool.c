@@ -62,6 +62,7 @@ static void *worker_main(void *unused)
         pthread_mutex_lock(&pool.mu);
     }
     pthread_mutex_unlock(&pool.mu);
+    mxd_host_thread_exit();
     return NULL;
 }
 

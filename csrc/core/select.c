@@ -46,7 +46,7 @@ static const gpu_api gpu_apis[MAX_APIS] = {
     {"hip", "MAX_DRIVER_HIP_LIBRARY", hip_names, &mxd_hip_probe},
 };
 
-/* ---- Selection ----------------------------------------------------------- */
+/* ---- Selection ---------------------------------------------------------- */
 
 static struct {
     pthread_mutex_t mu;

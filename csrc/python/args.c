@@ -9,12 +9,22 @@
 #include <math.h>
 #include <string.h>
 
-/* ---- Positional-or-keyword parameters ---------------------------------- */
+/* ---- Positional-or-keyword parameters ----------------------------------- */
 
+/* Keyword names are nearly always compact ASCII strings (identifiers):
+ * compared by length and bytes, which is several times cheaper than
+ * PyUnicode_CompareWithASCIIString; a name that is not ASCII matches none
+ * of our (ASCII) parameter names. */
 static Py_ssize_t find_param(const binding_params *params, PyObject *name)
 {
+    if (!PyUnicode_IS_COMPACT_ASCII(name))
+        return -1;
+    const char *text = (const char *)PyUnicode_DATA(name);
+    size_t length = (size_t)PyUnicode_GET_LENGTH(name);
     for (Py_ssize_t i = 0; i < params->count; i++) {
-        if (PyUnicode_CompareWithASCIIString(name, params->names[i]) == 0)
+        const char *param = params->names[i];
+        if (param[0] == text[0] && strncmp(param, text, length) == 0 &&
+            param[length] == '\0')
             return i;
     }
     return -1;
@@ -106,7 +116,7 @@ int binding_parse_tuple(const binding_params *params, PyObject *args,
     return check_required(params, out);
 }
 
-/* ---- Value conversions ------------------------------------------------- */
+/* ---- Value conversions -------------------------------------------------- */
 
 /* Only ints and objects with __index__ count as integers: a float or a str
  * is a type error, never silently truncated. */
@@ -262,7 +272,7 @@ int binding_check_callable(const char *fname, const char *param, PyObject *obj)
     return -1;
 }
 
-/* ---- The overload TypeError (SPEC §4) ---------------------------------- */
+/* ---- The overload TypeError (SPEC §4) ----------------------------------- */
 
 static int append_type_name(PyObject *parts, PyObject *obj)
 {
@@ -357,7 +367,7 @@ PyObject *binding_overload_error(const char *fname,
     return NULL;
 }
 
-/* ---- Interruptible waits ----------------------------------------------- */
+/* ---- Interruptible waits ------------------------------------------------ */
 
 /* Signal handlers run only on the main thread, so only waits there need to
  * come back for them; other threads wait without touching the GIL. */

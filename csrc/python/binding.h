@@ -16,7 +16,29 @@
 #include "memory.h"
 #include "mxd.h"
 
-/* ---- Module state ------------------------------------------------------ */
+/* ---- Module state ------------------------------------------------------- */
+
+/* What the DLPack and NumPy paths call on every use, made once (dlpack.c):
+ * the names and keyword tuples of __dlpack__ calls, and NumPy's objects,
+ * looked up by the first call that needs NumPy (never at import). */
+enum { BINDING_NUMPY_DTYPES = 24 };
+typedef struct binding_bridge {
+    PyObject *dlpack_name;    /* "__dlpack__" */
+    PyObject *kw_versioned;   /* ("max_version", "stream") */
+    PyObject *kw_legacy;      /* ("stream",) */
+    PyObject *kw_copy;        /* ... with "copy" after, same order */
+    PyObject *kw_legacy_copy; /* ("stream", "copy") */
+    PyObject *max_version;    /* (1, 0) */
+    PyObject *numpy;          /* the module, once a call needed it */
+    PyObject *ndarray;
+    PyObject *from_dlpack;
+    PyObject *dtype_name; /* "dtype" */
+    /* NumPy dtype objects from_numpy met, and their DType index: NumPy's
+     * dtypes are few long-lived objects, found here by identity. */
+    PyObject *np_dtypes[BINDING_NUMPY_DTYPES];
+    int np_dtype_index[BINDING_NUMPY_DTYPES];
+    int np_dtype_count;
+} binding_bridge;
 
 /* Per-module-object state: the heap types and the cached Device objects
  * (so that CPU() is CPU() and queue.device is the same object). */
@@ -32,14 +54,18 @@ typedef struct binding_state {
     PyObject *dtype_type;             /* max.dtype.DType */
     /* The DType members, in mxd_dtype_at() order. */
     PyObject *dtypes[MXD_DTYPE_MEMBERS];
-    PyObject *usage_type;    /* Usage, an enum.Flag */
-    PyObject *usages[2];     /* Usage.DEFAULT, Usage.STAGING */
-    PyObject *cpu;           /* the one CPU Device object */
-    PyObject **accelerators; /* per id, created on first use */
+    PyTypeObject *trace_entry_type; /* LaunchTraceEntry */
+    PyObject *operation_kind;       /* LaunchTraceEntry.OperationKind */
+    PyObject *memcpy_kind;          /* LaunchTraceEntry.MemcpyKind */
+    PyObject *usage_type;           /* Usage, an enum.Flag */
+    PyObject *usages[2];            /* Usage.DEFAULT, Usage.STAGING */
+    PyObject *cpu;                  /* the one CPU Device object */
+    PyObject **accelerators;        /* per id, created on first use */
     int accelerator_count;
+    binding_bridge bridge;
 } binding_state;
 
-/* ---- Buffers (buffer.c, buffer_view.c, buffer_copy.c, dlpack.c) ------- */
+/* ---- Buffers (buffer.c, buffer_view.c, buffer_copy.c, dlpack.c) --------- */
 
 enum { BUFFER_USAGE_DEFAULT = 0, BUFFER_USAGE_STAGING = 1 };
 
@@ -119,6 +145,9 @@ int binding_encode_scalar(const char *fname, const mxd_dtype_info *info,
                           PyObject *value, void *element);
 
 int binding_add_buffer_types(PyObject *module, binding_state *st);
+int binding_add_trace_type(PyObject *module, binding_state *st);
+PyObject *binding_begin_launch_trace(PyObject *module, PyObject *unused);
+PyObject *binding_take_launch_trace(PyObject *module, PyObject *unused);
 
 /* The methods the Buffer type lists (buffer.c), from the other files. */
 PyObject *binding_buffer_subscript(PyObject *self, PyObject *key);
@@ -139,14 +168,20 @@ PyObject *binding_buffer_dlpack(PyObject *self, PyObject *const *args,
 PyObject *binding_buffer_dlpack_device(PyObject *self, PyObject *unused);
 PyObject *binding_buffer_mmap(PyObject *cls, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames);
+PyObject *binding_buffer_array(PyObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames);
+PyObject *binding_buffer_cuda_array_interface(PyObject *self, void *closure);
 
 /* DLPack and NumPy (dlpack.c). */
 PyObject *binding_from_numpy(PyObject *cls, PyObject *array);
 PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames);
 PyObject *binding_to_numpy(PyObject *self, PyObject *unused);
-/* numpy, imported on first use; NULL with an ImportError naming `what`. */
+/* numpy, imported on first use; NULL with an ImportError naming `what`.
+ * A new reference. */
 PyObject *binding_import_numpy(const char *what);
+int binding_bridge_traverse(binding_bridge *b, visitproc visit, void *arg);
+void binding_bridge_clear(binding_bridge *b);
 
 /* All our types are heap types created with PyType_FromModuleAndSpec, and
  * only Device (which cannot be instantiated itself) may be subclassed, so
@@ -156,7 +191,7 @@ static inline binding_state *binding_state_of(PyObject *self)
     return (binding_state *)PyType_GetModuleState(Py_TYPE(self));
 }
 
-/* ---- Object layouts ---------------------------------------------------- */
+/* ---- Object layouts ----------------------------------------------------- */
 
 typedef struct DeviceObject {
     PyObject_HEAD
@@ -184,7 +219,7 @@ typedef struct FlagObject {
     mxd_flag *flag; /* one reference owned */
 } FlagObject;
 
-/* ---- Type creation (one per file) -------------------------------------- */
+/* ---- Type creation (one per file) --------------------------------------- */
 
 /* Creates a heap type of the module from spec (with `base`, may be NULL)
  * and adds it to the module: a new reference, or NULL with an exception. */
@@ -196,7 +231,7 @@ int binding_add_queue_type(PyObject *module, binding_state *st);
 int binding_add_event_type(PyObject *module, binding_state *st);
 int binding_add_flag_type(PyObject *module, binding_state *st);
 
-/* ---- Cross-type helpers ------------------------------------------------ */
+/* ---- Cross-type helpers ------------------------------------------------- */
 
 /* __eq__ / __ne__ of a type whose objects wrap a native object: equal iff
  * both wrap the same one.  `native_offset` locates the wrapper's pointer
@@ -215,7 +250,7 @@ PyObject *binding_device_default_queue(DeviceObject *self);
  * is consumed even on failure. */
 PyObject *binding_queue_wrap(binding_state *st, mxd_queue *queue);
 
-/* ---- Errors (errors.c) ------------------------------------------------- */
+/* ---- Errors (errors.c) -------------------------------------------------- */
 
 /* Sets the Python exception for a failed core call; returns NULL. */
 PyObject *binding_raise(const mxd_error *err);
@@ -225,7 +260,7 @@ PyObject *binding_error_text(const mxd_error *err);
 /* As binding_raise, with `prefix: ` before the core's message. */
 PyObject *binding_raise_prefixed(const char *prefix, const mxd_error *err);
 
-/* ---- Arguments (args.c) ------------------------------------------------ */
+/* ---- Arguments (args.c) ------------------------------------------------- */
 
 /* A parameter list of a native callable: every parameter is
  * positional-or-keyword; the first `required` ones are mandatory. */
@@ -298,7 +333,7 @@ int binding_wait_setup(void);
         }                                                                      \
     } while (0)
 
-/* ---- Host functions (hostfn.c) ----------------------------------------- */
+/* ---- Host functions (hostfn.c) ------------------------------------------ */
 
 extern const mxd_host_runner binding_host_runner;
 
@@ -316,7 +351,7 @@ PyObject *binding_atexit(PyObject *module, PyObject *unused);
 PyObject *binding_pack_host_fn(PyObject *module, PyObject *const *args,
                                Py_ssize_t nargs, PyObject *kwnames);
 
-/* ---- Docstring helper -------------------------------------------------- */
+/* ---- Docstring helper --------------------------------------------------- */
 
 /* "name(sig)\n--\n\ndoc": the convention from which CPython derives
  * __text_signature__. */

@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-/* ---- The object ---------------------------------------------------------- */
+/* ---- The object --------------------------------------------------------- */
 
 mxd_layout binding_buffer_layout(BufferObject *b)
 {
@@ -73,7 +73,7 @@ static void buffer_dealloc(PyObject *self)
     Py_DECREF(type);
 }
 
-/* ---- Arguments ----------------------------------------------------------- */
+/* ---- Arguments ---------------------------------------------------------- */
 
 int binding_parse_dtype(binding_state *st, const char *fname, const char *param,
                         PyObject *obj)
@@ -191,7 +191,7 @@ static mxd_device *target_device(PyObject *stream)
     return mxd_queue_device(((QueueObject *)stream)->queue);
 }
 
-/* ---- Allocation ---------------------------------------------------------- */
+/* ---- Allocation --------------------------------------------------------- */
 
 static bool wants_pinned(binding_state *st, PyTypeObject *type, int usage,
                          PyObject *stream)
@@ -386,8 +386,7 @@ static PyObject *buffer_tp_new(PyTypeObject *type, PyObject *args,
     return construct(type, argv, has_keyword(NULL, kwargs, "device"));
 }
 
-/* ---- Factories ------------------------------------------------------------
- */
+/* ---- Factories ---------------------------------------------------------- */
 
 static const char *const zeros_names[] = {"shape", "dtype", "device", "usage",
                                           "stream"};
@@ -479,8 +478,7 @@ static PyObject *buffer_scalar(PyObject *cls, PyObject *const *args,
     return b;
 }
 
-/* ---- Properties ------------------------------------------------------------
- */
+/* ---- Properties --------------------------------------------------------- */
 
 static PyObject *int64_tuple(const int64_t *values, int count)
 {
@@ -607,11 +605,14 @@ static PyGetSetDef buffer_getset[] = {
     {"pinned", buffer_get_pinned, NULL,
      "True for host memory pinned and mapped into an accelerator.", NULL},
     {"usage", buffer_get_usage, NULL, "The Usage asked for.", NULL},
+    {"__cuda_array_interface__", binding_buffer_cuda_array_interface, NULL,
+     "The CUDA array interface (version 3, with the buffer's queue as its "
+     "stream); CUDA buffers only.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-/* ---- Addresses -------------------------------------------------------------
- */
+/* ---- Addresses ---------------------------------------------------------- */
 
 static uintptr_t data_ptr(BufferObject *b)
 {
@@ -654,8 +655,7 @@ static PyObject *buffer_aligned(PyObject *self, PyObject *const *args,
     return PyBool_FromLong(data_ptr(b) % (uint64_t)alignment == 0);
 }
 
-/* ---- Text -------------------------------------------------------------------
- */
+/* ---- Text --------------------------------------------------------------- */
 
 /* "Buffer" or "DevicePinnedBuffer" (the type's name without its module). */
 static const char *type_name(PyObject *self)
@@ -690,9 +690,7 @@ static PyObject *buffer_str(PyObject *self)
     PyObject *args = fn ? PyTuple_Pack(1, array) : NULL;
     char prefix[64];
     snprintf(prefix, sizeof prefix, "%s(", type_name(self));
-    PyObject *kwargs =
-        args ? Py_BuildValue("{s:s}", "prefix", prefix)
-             : NULL;
+    PyObject *kwargs = args ? Py_BuildValue("{s:s}", "prefix", prefix) : NULL;
     PyObject *data = kwargs ? PyObject_Call(fn, args, kwargs) : NULL;
     Py_XDECREF(kwargs);
     Py_XDECREF(args);
@@ -717,18 +715,24 @@ static PyObject *buffer_str(PyObject *self)
     return text;
 }
 
-/* ---- The types
- * ---------------------------------------------------------------- */
+/* ---- The types ---------------------------------------------------------- */
 
 #define FASTCALL_KW(fn) (PyCFunction)(void (*)(void))(fn)
 
 static PyMethodDef buffer_methods[] = {
     {"zeros", FASTCALL_KW(buffer_zeros),
      METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
-     BINDING_DOC("zeros", "($cls, /, shape, dtype, device=None, usage=...)",
+     BINDING_DOC("zeros",
+                 "($cls, /, shape, dtype, device=None, usage=..., stream=...)",
                  "A zero-filled buffer. On an accelerator the fill is "
-                 "enqueued on the buffer's queue; pinned memory is zero on "
-                 "return.")},
+                 "enqueued on the buffer's queue; a DevicePinnedBuffer is "
+                 "zero on return.\n\n"
+                 "Overloads:\n"
+                 "    1. zeros(shape: Sequence[int], dtype: DType, device: "
+                 "Device | None = None, usage: Usage = Usage.DEFAULT) -> "
+                 "Buffer\n"
+                 "    2. zeros(shape: Sequence[int], dtype: DType, stream: "
+                 "DeviceQueue, usage: Usage = Usage.DEFAULT) -> Buffer")},
     {"scalar", FASTCALL_KW(buffer_scalar),
      METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
      BINDING_DOC("scalar", "($cls, /, value, dtype, device=None)",
@@ -770,9 +774,15 @@ static PyMethodDef buffer_methods[] = {
                  "    2. copy(self, stream: DeviceQueue) -> Buffer")},
     {"to", binding_buffer_to, METH_O,
      BINDING_DOC("to", "($self, target, /)",
-                 "The buffer on a Device or DeviceQueue (itself, a zero-copy "
-                 "rebinding or a copy, as SPEC §12.6 says), or a list of "
-                 "them for a list of targets.")},
+                 "The buffer on a Device or bound to a DeviceQueue: itself "
+                 "when it is there already, a zero-copy rebinding for another "
+                 "queue of its device, else a copy; a list for a list or "
+                 "tuple of targets.\n\n"
+                 "Overloads:\n"
+                 "    1. to(self, device: Device, /) -> Buffer\n"
+                 "    2. to(self, stream: DeviceQueue, /) -> Buffer\n"
+                 "    3. to(self, targets: Sequence[Device | DeviceQueue], /) "
+                 "-> list[Buffer]")},
     {"inplace_copy_from", FASTCALL_KW(binding_buffer_inplace_copy_from),
      METH_FASTCALL | METH_KEYWORDS,
      BINDING_DOC("inplace_copy_from", "($self, /, src)",
@@ -787,6 +797,11 @@ static PyMethodDef buffer_methods[] = {
                  "A DLPack capsule over the buffer's elements (versioned when "
                  "max_version >= (1, 0)), ordered after the buffer's queue as "
                  "the array API's stream argument says.")},
+    {"__array__", FASTCALL_KW(binding_buffer_array),
+     METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("__array__", "($self, /, dtype=None, copy=None)",
+                 "numpy.asarray(buf): to_numpy() (a zero-copy alias of host "
+                 "memory), converted to `dtype` or copied when asked.")},
     {"__dlpack_device__", binding_buffer_dlpack_device, METH_NOARGS,
      BINDING_DOC("__dlpack_device__", "($self, /)",
                  "(device_type, device_id) as DLPack names the memory.")},
@@ -808,11 +823,15 @@ static PyMethodDef buffer_methods[] = {
 
 static PyType_Slot buffer_slots[] = {
     {Py_tp_doc,
-     BINDING_DOC("Buffer", "(dtype, shape, device=None, usage=...)",
+     BINDING_DOC("Buffer", "(dtype, shape, device=None, usage=..., stream=...)",
                  "An n-dimensional, typed, strided view of memory on one "
-                 "device, bound to one queue.\n\nBuffer(dtype, shape, "
-                 "device=None, usage=Usage.DEFAULT) or Buffer(dtype, shape, "
-                 "stream, usage=Usage.DEFAULT).")},
+                 "device, bound to one queue (uninitialised when created "
+                 "this way).\n\n"
+                 "Overloads:\n"
+                 "    1. Buffer(dtype: DType, shape: Sequence[int], device: "
+                 "Device | None = None, usage: Usage = Usage.DEFAULT)\n"
+                 "    2. Buffer(dtype: DType, shape: Sequence[int], stream: "
+                 "DeviceQueue, usage: Usage = Usage.DEFAULT)")},
     {Py_tp_new, buffer_tp_new},
     {Py_tp_dealloc, buffer_dealloc},
     {Py_tp_repr, buffer_repr},
@@ -837,11 +856,17 @@ static PyType_Spec buffer_spec = {
 };
 
 static PyType_Slot pinned_slots[] = {
-    {Py_tp_doc, BINDING_DOC("DevicePinnedBuffer", "(dtype, shape, device)",
-                            "A Buffer of host memory pinned and mapped into an "
-                            "accelerator (usage STAGING, pinned True).\n\n"
-                            "DevicePinnedBuffer(dtype, shape, device) or "
-                            "DevicePinnedBuffer(dtype, shape, stream).")},
+    {Py_tp_doc,
+     BINDING_DOC(
+         "DevicePinnedBuffer", "(dtype, shape, device=..., stream=...)",
+         "A Buffer of host memory pinned and mapped into an "
+         "accelerator (usage STAGING, pinned True); pass exactly one "
+         "of device and stream.\n\n"
+         "Overloads:\n"
+         "    1. DevicePinnedBuffer(dtype: DType, shape: Sequence[int], "
+         "device: Device)\n"
+         "    2. DevicePinnedBuffer(dtype: DType, shape: Sequence[int], "
+         "stream: DeviceQueue)")},
     {0, NULL},
 };
 

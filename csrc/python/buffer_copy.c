@@ -123,7 +123,7 @@ PyObject *binding_buffer_contiguous(PyObject *self, PyObject *unused)
     return stream ? binding_buffer_copy_to(self, stream) : NULL;
 }
 
-/* ---- to() ---------------------------------------------------------------- */
+/* ---- to() --------------------------------------------------------------- */
 
 /* The same memory bound to another queue of its device: `stream` first
  * waits for the buffer's queue, and the memory is freed only after

@@ -10,7 +10,7 @@ static BufferObject *as_buffer(PyObject *self)
     return (BufferObject *)self;
 }
 
-/* ---- Index entries ----------------------------------------------------- */
+/* ---- Index entries ------------------------------------------------------ */
 
 static int index_error(const char *what, PyObject *key)
 {
@@ -97,7 +97,7 @@ PyObject *binding_buffer_subscript(PyObject *self, PyObject *key)
                               b->dtype_index, b->usage, &out);
 }
 
-/* ---- Scalars ----------------------------------------------------------- */
+/* ---- Scalars ------------------------------------------------------------ */
 
 /* A Python or NumPy scalar (or bool) as a core scalar. */
 static int parse_scalar(const char *fname, PyObject *value, mxd_scalar *out)
@@ -211,8 +211,7 @@ static PyObject *decode_scalar(const mxd_dtype_info *info, const void *element)
     return PyFloat_FromDouble(s.v.f);
 }
 
-/* ---- Element access --------------------------------------------------------
- */
+/* ---- Element access ----------------------------------------------------- */
 
 /* A one-element view of b at byte `offset`. */
 static mxd_view element_view(BufferObject *b, int64_t offset)
@@ -357,8 +356,7 @@ PyObject *binding_buffer_item(PyObject *self, PyObject *unused)
     return decode_scalar(buffer_dtype(b), element);
 }
 
-/* ---- view(dtype, shape=None) ------------------------------------------------
- */
+/* ---- view(dtype, shape=None) -------------------------------------------- */
 
 static const char *const view_names[] = {"dtype", "shape"};
 

@@ -10,7 +10,7 @@
 
 #include <string.h>
 
-/* ---- Construction and the cache ---------------------------------------- */
+/* ---- Construction and the cache ----------------------------------------- */
 
 static PyObject *device_alloc(PyTypeObject *type, mxd_device *dev)
 {
@@ -146,7 +146,7 @@ static PyMethodDef device_cpu_def = {
     BINDING_DOC("cpu", "(id=-1)",
                 "The host device; the same object as CPU(id).")};
 
-/* ---- Lifetime ---------------------------------------------------------- */
+/* ---- Lifetime ----------------------------------------------------------- */
 
 static int device_traverse(PyObject *self, visitproc visit, void *arg)
 {
@@ -170,7 +170,7 @@ static void device_dealloc(PyObject *self)
     Py_DECREF(type);
 }
 
-/* ---- Properties -------------------------------------------------------- */
+/* ---- Properties --------------------------------------------------------- */
 
 static mxd_device *dev_of(PyObject *self)
 {
@@ -354,7 +354,7 @@ static PyGetSetDef device_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-/* ---- Methods ----------------------------------------------------------- */
+/* ---- Methods ------------------------------------------------------------ */
 
 static const char *const timeout_names[] = {"timeout"};
 
@@ -504,7 +504,7 @@ static PyMethodDef device_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* ---- Comparison and text ----------------------------------------------- */
+/* ---- Comparison and text ------------------------------------------------ */
 
 static PyObject *device_richcompare(PyObject *self, PyObject *other, int op)
 {
@@ -528,7 +528,7 @@ static PyObject *device_repr(PyObject *self)
                                 mxd_device_id(dev));
 }
 
-/* ---- Types ------------------------------------------------------------- */
+/* ---- Types -------------------------------------------------------------- */
 
 static PyType_Slot device_slots[] = {
     {Py_tp_doc, "A device: the host CPU or one accelerator.\n\n"

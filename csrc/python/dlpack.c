@@ -37,7 +37,107 @@ PyObject *binding_import_numpy(const char *what)
     return np;
 }
 
-/* ---- Export -------------------------------------------------------------- */
+/* ---- The bridge --------------------------------------------------------- */
+
+int binding_bridge_traverse(binding_bridge *b, visitproc visit, void *arg)
+{
+    Py_VISIT(b->dlpack_name);
+    Py_VISIT(b->kw_versioned);
+    Py_VISIT(b->kw_legacy);
+    Py_VISIT(b->kw_copy);
+    Py_VISIT(b->kw_legacy_copy);
+    Py_VISIT(b->max_version);
+    Py_VISIT(b->numpy);
+    Py_VISIT(b->ndarray);
+    Py_VISIT(b->from_dlpack);
+    Py_VISIT(b->dtype_name);
+    for (int i = 0; i < b->np_dtype_count; i++)
+        Py_VISIT(b->np_dtypes[i]);
+    return 0;
+}
+
+void binding_bridge_clear(binding_bridge *b)
+{
+    Py_CLEAR(b->dlpack_name);
+    Py_CLEAR(b->kw_versioned);
+    Py_CLEAR(b->kw_legacy);
+    Py_CLEAR(b->kw_copy);
+    Py_CLEAR(b->kw_legacy_copy);
+    Py_CLEAR(b->max_version);
+    Py_CLEAR(b->numpy);
+    Py_CLEAR(b->ndarray);
+    Py_CLEAR(b->from_dlpack);
+    Py_CLEAR(b->dtype_name);
+    for (int i = 0; i < b->np_dtype_count; i++)
+        Py_CLEAR(b->np_dtypes[i]);
+    b->np_dtype_count = 0;
+}
+
+static PyObject *interned_tuple(int n, const char *a, const char *b,
+                                const char *c)
+{
+    const char *names[3] = {a, b, c};
+    PyObject *tuple = PyTuple_New(n);
+    for (int i = 0; tuple != NULL && i < n; i++) {
+        PyObject *name = PyUnicode_InternFromString(names[i]);
+        if (name == NULL)
+            Py_CLEAR(tuple);
+        else
+            PyTuple_SET_ITEM(tuple, i, name);
+    }
+    return tuple;
+}
+
+/* The names __dlpack__ calls use; NULL with an exception. */
+static binding_bridge *bridge_names(binding_state *st)
+{
+    binding_bridge *b = &st->bridge;
+    if (b->dlpack_name != NULL)
+        return b;
+    b->kw_versioned = interned_tuple(2, "max_version", "stream", NULL);
+    b->kw_legacy = interned_tuple(1, "stream", NULL, NULL);
+    b->kw_copy = interned_tuple(3, "max_version", "stream", "copy");
+    b->kw_legacy_copy = interned_tuple(2, "stream", "copy", NULL);
+    b->max_version = Py_BuildValue("(ii)", 1, 0);
+    if (b->kw_versioned && b->kw_legacy && b->kw_copy && b->kw_legacy_copy &&
+        b->max_version)
+        b->dlpack_name = PyUnicode_InternFromString("__dlpack__");
+    if (b->dlpack_name == NULL) {
+        binding_bridge_clear(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* The names, and NumPy's objects (importing NumPy on the first call);
+ * NULL with an ImportError naming `what`. */
+static binding_bridge *bridge_numpy(binding_state *st, const char *what)
+{
+    binding_bridge *b = bridge_names(st);
+    if (b == NULL || b->numpy != NULL)
+        return b;
+    PyObject *np = binding_import_numpy(what);
+    if (np == NULL)
+        return NULL;
+    b->ndarray = PyObject_GetAttrString(np, "ndarray");
+    b->from_dlpack = PyObject_GetAttrString(np, "from_dlpack");
+    b->dtype_name = PyUnicode_InternFromString("dtype");
+    if (b->ndarray == NULL || !PyType_Check(b->ndarray) ||
+        b->from_dlpack == NULL || b->dtype_name == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ImportError,
+                            "numpy.ndarray is not a type: is this NumPy?");
+        Py_CLEAR(b->ndarray);
+        Py_CLEAR(b->from_dlpack);
+        Py_CLEAR(b->dtype_name);
+        Py_DECREF(np);
+        return NULL;
+    }
+    b->numpy = np;
+    return b;
+}
+
+/* ---- Export ------------------------------------------------------------- */
 
 static const char VERSIONED[] = "dltensor_versioned";
 static const char USED_VERSIONED[] = "used_dltensor_versioned";
@@ -72,14 +172,17 @@ static void delete_versioned(mxd_dl_managed_versioned *self)
     PyMem_RawFree(block);
 }
 
-/* A capsule nobody consumed frees its tensor. */
+/* A capsule nobody consumed frees its tensor.  It still has the name we
+ * gave it, the same pointer (a consumer renames it "used_..."), so no
+ * string is compared. */
 static void capsule_destructor(PyObject *capsule)
 {
-    if (PyCapsule_IsValid(capsule, VERSIONED)) {
+    const char *name = PyCapsule_GetName(capsule);
+    if (name == VERSIONED) {
         mxd_dl_managed_versioned *t = PyCapsule_GetPointer(capsule, VERSIONED);
         if (t->deleter)
             t->deleter(t);
-    } else if (PyCapsule_IsValid(capsule, LEGACY)) {
+    } else if (name == LEGACY) {
         mxd_dl_managed *t = PyCapsule_GetPointer(capsule, LEGACY);
         if (t->deleter)
             t->deleter(t);
@@ -95,9 +198,9 @@ typedef struct dl_target {
 static dl_target dl_device_of(BufferObject *b)
 {
     mxd_device *dev = mxd_memory_device(b->memory);
-    bool cuda = strcmp(mxd_device_api(dev), "cuda") == 0;
     if (mxd_device_is_host(dev))
         return (dl_target){MXD_DL_CPU, 0};
+    bool cuda = strcmp(mxd_device_api(dev), "cuda") == 0;
     if (mxd_memory_is_pinned(b->memory))
         return (dl_target){cuda ? MXD_DL_CUDA_HOST : MXD_DL_ROCM_HOST, 0};
     return (dl_target){cuda ? MXD_DL_CUDA : MXD_DL_ROCM, mxd_device_id(dev)};
@@ -169,8 +272,7 @@ static PyObject *export_capsule(BufferObject *b, const mxd_dtype_info *as,
     return capsule;
 }
 
-/* ---- Buffer.__dlpack__ -----------------------------------------------------
- */
+/* ---- Buffer.__dlpack__ -------------------------------------------------- */
 
 typedef struct dlpack_request {
     bool versioned;
@@ -394,35 +496,29 @@ PyObject *binding_buffer_dlpack_device(PyObject *self, PyObject *unused)
     return Py_BuildValue("(ii)", where.device_type, where.device_id);
 }
 
-/* ---- Import
- * ------------------------------------------------------------------ */
+/* ---- Import ------------------------------------------------------------- */
 
-/* The producer's tensor, owned once its capsule is renamed "used_...". */
-typedef struct imported {
-    void *managed;
-    bool versioned;
-} imported;
-
-static void release_imported(void *data) /* inside the host runner */
+/* The producer's managed tensor, ours once its capsule is renamed
+ * "used_...": given back through its deleter, inside the host runner. */
+static void release_versioned(void *data)
 {
-    imported *im = data;
-    if (im->versioned) {
-        mxd_dl_managed_versioned *t = im->managed;
-        if (t->deleter)
-            t->deleter(t);
-    } else {
-        mxd_dl_managed *t = im->managed;
-        if (t->deleter)
-            t->deleter(t);
-    }
-    PyMem_RawFree(im);
+    mxd_dl_managed_versioned *t = data;
+    if (t->deleter)
+        t->deleter(t);
+}
+
+static void release_legacy(void *data)
+{
+    mxd_dl_managed *t = data;
+    if (t->deleter)
+        t->deleter(t);
 }
 
 static void leak_imported(void *data)
 {
     /* Interpreter exit: the producer's deleter may need a runtime that is
      * going away; leaking is what the DLPack spec allows then. */
-    PyMem_RawFree(data);
+    (void)data;
 }
 
 typedef struct import_spec {
@@ -430,16 +526,24 @@ typedef struct import_spec {
     int dtype_index;  /* -1: the capsule's dtype */
     int copy;         /* -1 None, 0 False, 1 True */
     const char *not_contiguous; /* the ValueError for strided input */
+    /* When not NULL, strided input sets it and returns NULL without an
+     * exception (the capsule is left unconsumed): the caller copies. */
+    bool *strided;
 } import_spec;
 
-/* The capsule's tensor, and whether it is versioned; NULL with an
- * exception when it is not an unconsumed DLPack capsule. */
+/* The capsule's tensor, whether it is versioned, and the managed tensor
+ * that holds it; NULL with an exception when it is not an unconsumed
+ * DLPack capsule. */
 static mxd_dl_tensor *capsule_tensor(PyObject *capsule, bool *versioned,
-                                     uint64_t *flags)
+                                     uint64_t *flags, void **managed)
 {
     *flags = 0;
-    if (PyCapsule_IsValid(capsule, VERSIONED)) {
-        mxd_dl_managed_versioned *t = PyCapsule_GetPointer(capsule, VERSIONED);
+    const char *name =
+        PyCapsule_CheckExact(capsule) ? PyCapsule_GetName(capsule) : NULL;
+    if (name != NULL && strcmp(name, VERSIONED) == 0) {
+        mxd_dl_managed_versioned *t = PyCapsule_GetPointer(capsule, name);
+        if (t == NULL)
+            return NULL;
         if (t->version.major != MXD_DLPACK_MAJOR) {
             buffer_error("from_dlpack(): DLPack %u.%u is not supported "
                          "(this module reads %d.x)",
@@ -448,13 +552,18 @@ static mxd_dl_tensor *capsule_tensor(PyObject *capsule, bool *versioned,
         }
         *versioned = true;
         *flags = t->flags;
+        *managed = t;
         return &t->dl_tensor;
     }
-    if (PyCapsule_IsValid(capsule, LEGACY)) {
+    if (name != NULL && strcmp(name, LEGACY) == 0) {
+        mxd_dl_managed *t = PyCapsule_GetPointer(capsule, name);
+        if (t == NULL)
+            return NULL;
         *versioned = false;
-        return &((mxd_dl_managed *)PyCapsule_GetPointer(capsule, LEGACY))
-                    ->dl_tensor;
+        *managed = t;
+        return &t->dl_tensor;
     }
+    PyErr_Clear(); /* a capsule without a name */
     buffer_error("from_dlpack(): __dlpack__() returned %s, not an unconsumed "
                  "DLPack capsule",
                  PyCapsule_CheckExact(capsule) ? "a used capsule"
@@ -471,8 +580,6 @@ static int tensor_dtype(const mxd_dl_tensor *t, int override)
                      t->dtype.lanes);
         return -1;
     }
-    const mxd_dtype_info *info =
-        mxd_dtype_from_dlpack(t->dtype.code, t->dtype.bits);
     if (override >= 0) {
         const mxd_dtype_info *as = mxd_dtype_at((size_t) override);
         if (as->size_in_bits != t->dtype.bits &&
@@ -483,6 +590,8 @@ static int tensor_dtype(const mxd_dl_tensor *t, int override)
         }
         return override;
     }
+    const mxd_dtype_info *info =
+        mxd_dtype_from_dlpack(t->dtype.code, t->dtype.bits);
     for (int i = 0; info && i < MXD_DTYPE_MEMBERS; i++)
         if (mxd_dtype_at((size_t)i) == info)
             return i;
@@ -526,15 +635,11 @@ static int tensor_layout(const mxd_dl_tensor *t, int64_t element_size,
 }
 
 static PyObject *wrap_tensor(binding_state *st, PyObject *capsule,
-                             mxd_dl_tensor *t, bool versioned, uint64_t flags,
-                             const import_spec *spec, int dtype_index,
-                             mxd_layout *layout, int64_t lo, int64_t hi)
+                             void *managed, mxd_dl_tensor *t, bool versioned,
+                             uint64_t flags, const import_spec *spec,
+                             int dtype_index, mxd_layout *layout, int64_t lo,
+                             int64_t hi)
 {
-    imported *im = PyMem_RawMalloc(sizeof *im);
-    if (im == NULL)
-        return PyErr_NoMemory();
-    im->managed = PyCapsule_GetPointer(capsule, versioned ? VERSIONED : LEGACY);
-    im->versioned = versioned;
     char *first = (char *)t->data + t->byte_offset;
     mxd_device *dev = target_device_of(spec->stream);
     bool host = t->device.device_type != MXD_DL_CUDA &&
@@ -545,15 +650,14 @@ static PyObject *wrap_tensor(binding_state *st, PyObject *capsule,
         .size = hi - lo,
         .pinned = host && !mxd_device_is_host(dev),
         .readonly = (flags & MXD_DL_FLAG_READ_ONLY) != 0,
-        .release = {release_imported, leak_imported, im},
+        .release = {versioned ? release_versioned : release_legacy,
+                    leak_imported, managed},
     };
     mxd_memory *memory;
     mxd_error err;
     if (mxd_memory_wrap(((QueueObject *)spec->stream)->queue, &foreign, &memory,
-                        &err) != MXD_OK) {
-        PyMem_RawFree(im);
+                        &err) != MXD_OK)
         return binding_raise(&err);
-    }
     /* Ours now: the capsule must not call the deleter any more. */
     PyCapsule_SetName(capsule, versioned ? USED_VERSIONED : USED_LEGACY);
     layout->offset = -lo;
@@ -569,7 +673,8 @@ static PyObject *import_capsule(binding_state *st, PyObject *capsule,
 {
     bool versioned;
     uint64_t flags;
-    mxd_dl_tensor *t = capsule_tensor(capsule, &versioned, &flags);
+    void *managed;
+    mxd_dl_tensor *t = capsule_tensor(capsule, &versioned, &flags, &managed);
     if (t == NULL)
         return NULL;
     int dtype_index = tensor_dtype(t, spec->dtype_index);
@@ -581,7 +686,10 @@ static PyObject *import_capsule(binding_state *st, PyObject *capsule,
                       &layout, &lo, &hi) < 0)
         return NULL;
     if (!mxd_layout_is_contiguous(&layout)) {
-        PyErr_SetString(PyExc_ValueError, spec->not_contiguous);
+        if (spec->strided != NULL)
+            *spec->strided = true;
+        else
+            PyErr_SetString(PyExc_ValueError, spec->not_contiguous);
         return NULL;
     }
     bool readonly = (flags & MXD_DL_FLAG_READ_ONLY) != 0;
@@ -591,7 +699,7 @@ static PyObject *import_capsule(binding_state *st, PyObject *capsule,
                         "copy=False forbids a copy");
         return NULL;
     }
-    PyObject *b = wrap_tensor(st, capsule, t, versioned, flags, spec,
+    PyObject *b = wrap_tensor(st, capsule, managed, t, versioned, flags, spec,
                               dtype_index, &layout, lo, hi);
     if (b == NULL || !(readonly || spec->copy == 1))
         return b;
@@ -600,19 +708,17 @@ static PyObject *import_capsule(binding_state *st, PyObject *capsule,
     return copy;
 }
 
-/* ---- Buffer.from_dlpack
- * ------------------------------------------------------ */
+/* ---- Buffer.from_dlpack ------------------------------------------------- */
 
-static bool is_numpy_array(PyObject *obj)
+static bool is_numpy_array(binding_state *st, PyObject *obj)
 {
-    PyTypeObject *type = Py_TYPE(obj);
-    PyObject *module = PyObject_GetAttrString((PyObject *)type, "__module__");
-    bool numpy = module && PyUnicode_Check(module) &&
-                 PyUnicode_CompareWithASCIIString(module, "numpy") == 0 &&
-                 strcmp(type->tp_name, "numpy.ndarray") == 0;
-    Py_XDECREF(module);
-    PyErr_Clear();
-    return numpy;
+    if (st->bridge.ndarray != NULL)
+        return PyObject_TypeCheck(obj, (PyTypeObject *)st->bridge.ndarray);
+    /* NumPy not looked up yet: is it an ndarray (or a subclass)? */
+    for (PyTypeObject *t = Py_TYPE(obj); t != NULL; t = t->tp_base)
+        if (strcmp(t->tp_name, "numpy.ndarray") == 0)
+            return true;
+    return false;
 }
 
 /* The queue a buffer over memory on DLPack device (type, id) is bound to:
@@ -668,28 +774,22 @@ static int parse_device_tuple(PyObject *obj, long *type, long *id)
     return 0;
 }
 
-/* obj.__dlpack__(max_version=(1, 0), stream=...), falling back to a call
- * without max_version for producers that predate it. */
-static PyObject *ask_capsule(PyObject *obj, PyObject *stream, int copy)
+/* obj.__dlpack__(max_version=(1, 0), stream=stream[, copy=...]), falling
+ * back to a call without max_version for producers that predate it. */
+static PyObject *ask_capsule(binding_bridge *b, PyObject *obj, PyObject *stream,
+                             int copy)
 {
-    PyObject *method = PyObject_GetAttrString(obj, "__dlpack__");
-    if (method == NULL)
-        return NULL;
-    PyObject *kwargs =
-        Py_BuildValue("{s:(ii)s:O}", "max_version", 1, 0, "stream", stream);
-    if (kwargs != NULL && copy >= 0)
-        PyDict_SetItemString(kwargs, "copy", copy ? Py_True : Py_False);
-    PyObject *empty = PyTuple_New(0);
-    PyObject *capsule =
-        kwargs && empty ? PyObject_Call(method, empty, kwargs) : NULL;
+    PyObject *flag = copy > 0 ? Py_True : Py_False;
+    PyObject *args[] = {obj, b->max_version, stream, flag};
+    PyObject *capsule = PyObject_VectorcallMethod(
+        b->dlpack_name, args, 1, copy >= 0 ? b->kw_copy : b->kw_versioned);
     if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();
-        PyDict_DelItemString(kwargs, "max_version");
-        capsule = PyObject_Call(method, empty, kwargs);
+        PyObject *legacy[] = {obj, stream, flag};
+        capsule = PyObject_VectorcallMethod(
+            b->dlpack_name, legacy, 1,
+            copy >= 0 ? b->kw_legacy_copy : b->kw_legacy);
     }
-    Py_XDECREF(empty);
-    Py_XDECREF(kwargs);
-    Py_DECREF(method);
     return capsule;
 }
 
@@ -716,7 +816,10 @@ PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
     if (PyObject_TypeCheck(obj, st->buffer_type))
         return copy == 1 ? binding_buffer_copy_to(obj, as_buffer(obj)->stream)
                          : Py_NewRef(obj);
-    bool numpy = is_numpy_array(obj);
+    binding_bridge *bridge = bridge_names(st);
+    if (bridge == NULL)
+        return NULL;
+    bool numpy = is_numpy_array(st, obj);
     if (copy >= 0 && !numpy) {
         PyErr_SetString(PyExc_ValueError,
                         "from_dlpack(): copy= is only supported for NumPy "
@@ -733,7 +836,7 @@ PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
     PyObject *stream = mxd_device_is_host(mxd_queue_device(q))
                            ? Py_NewRef(Py_None)
                            : PyLong_FromSize_t(mxd_queue_native_handle(q));
-    PyObject *capsule = stream ? ask_capsule(obj, stream, copy) : NULL;
+    PyObject *capsule = stream ? ask_capsule(bridge, obj, stream, copy) : NULL;
     Py_XDECREF(stream);
     if (capsule == NULL)
         return NULL;
@@ -741,14 +844,14 @@ PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
         target, -1, copy,
         numpy ? "from_dlpack only accepts contiguous arrays. First call "
                 "np.ascontiguousarray"
-              : "from_dlpack only accepts contiguous tensors"};
+              : "from_dlpack only accepts contiguous tensors",
+        NULL};
     PyObject *b = import_capsule(st, capsule, &spec);
     Py_DECREF(capsule);
     return b;
 }
 
-/* ---- NumPy
- * ------------------------------------------------------------------- */
+/* ---- NumPy -------------------------------------------------------------- */
 
 /* The ml_dtypes type NumPy needs for bfloat16, or NULL with ValueError. */
 static PyObject *ml_bfloat16(void)
@@ -796,16 +899,14 @@ PyObject *binding_to_numpy(PyObject *self, PyObject *unused)
     BufferObject *b = as_buffer(self);
     binding_state *st = binding_state_of(self);
     const mxd_dtype_info *info = buffer_dtype(b);
-    PyObject *np = binding_import_numpy("Buffer.to_numpy()");
-    if (np == NULL)
+    binding_bridge *bridge = bridge_numpy(st, "Buffer.to_numpy()");
+    if (bridge == NULL)
         return NULL;
     int carrier = numpy_carrier(info);
     PyObject *bf16 = NULL;
     if (carrier < 0 ||
-        (info->kind == MXD_KIND_BFLOAT16 && !(bf16 = ml_bfloat16()))) {
-        Py_DECREF(np);
+        (info->kind == MXD_KIND_BFLOAT16 && !(bf16 = ml_bfloat16())))
         return NULL;
-    }
     /* Accelerator memory is copied to the host first. */
     PyObject *host = NULL;
     if (mxd_memory_host(b->memory) == NULL) {
@@ -814,51 +915,56 @@ PyObject *binding_to_numpy(PyObject *self, PyObject *unused)
     } else {
         host = Py_NewRef(self);
     }
-    PyObject *array = NULL;
-    if (host != NULL) {
+    if (host != NULL && carrier != b->dtype_index) {
+        /* The same bytes, as the dtype NumPy's DLPack can carry. */
         BufferObject *h = as_buffer(host);
         mxd_layout layout = binding_buffer_layout(h);
         mxd_memory_retain(h->memory);
-        PyObject *carried =
-            binding_buffer_new(binding_view_type(host), h->memory, h->stream,
-                               carrier, h->usage, &layout);
-        array = carried ? PyObject_CallMethod(np, "from_dlpack", "O", carried)
-                        : NULL;
-        Py_XDECREF(carried);
-        Py_DECREF(host);
+        Py_SETREF(host, binding_buffer_new(binding_view_type(host), h->memory,
+                                           h->stream, carrier, h->usage,
+                                           &layout));
     }
+    PyObject *array =
+        host ? PyObject_CallOneArg(bridge->from_dlpack, host) : NULL;
+    Py_XDECREF(host);
     if (array != NULL && bf16 != NULL) {
         PyObject *viewed = PyObject_CallMethod(array, "view", "O", bf16);
         Py_SETREF(array, viewed);
     }
     Py_XDECREF(bf16);
-    Py_DECREF(np);
     return array;
 }
 
-/* The DType of a NumPy dtype (max.dtype does the mapping), and for the
- * types NumPy's DLPack cannot carry the plain dtype to export them as. */
-static int numpy_dtype(binding_state *st, PyObject *array, PyObject **carrier)
+/* The DType index of a NumPy dtype object (max.dtype does the mapping,
+ * once per dtype object); -1 with an exception. */
+static int numpy_dtype_index(binding_state *st, PyObject *np_dtype)
 {
-    PyObject *np_dtype = PyObject_GetAttrString(array, "dtype");
+    binding_bridge *b = &st->bridge;
+    for (int i = 0; i < b->np_dtype_count; i++)
+        if (b->np_dtypes[i] == np_dtype)
+            return b->np_dtype_index[i];
     PyObject *dtype =
-        np_dtype
-            ? PyObject_CallMethod(st->dtype_type, "from_numpy", "O", np_dtype)
-            : NULL;
-    Py_XDECREF(np_dtype);
+        PyObject_CallMethod(st->dtype_type, "from_numpy", "O", np_dtype);
     if (dtype == NULL)
         return -1;
     int index = binding_parse_dtype(st, "from_numpy", "dtype", dtype);
     Py_DECREF(dtype);
-    if (index < 0)
-        return -1;
-    const mxd_dtype_info *info = mxd_dtype_at((size_t)index);
-    *carrier = NULL;
+    if (index >= 0 && b->np_dtype_count < BINDING_NUMPY_DTYPES) {
+        b->np_dtypes[b->np_dtype_count] = Py_NewRef(np_dtype);
+        b->np_dtype_index[b->np_dtype_count++] = index;
+    }
+    return index;
+}
+
+/* For the types NumPy's DLPack cannot carry, the plain dtype to export
+ * them as (a new reference); NULL when none is needed. */
+static PyObject *numpy_carrier_name(const mxd_dtype_info *info)
+{
     if (info->kind == MXD_KIND_BFLOAT16 || info->kind == MXD_KIND_FLOAT8 ||
         info->kind == MXD_KIND_FLOAT4 || info->kind == MXD_KIND_FLOAT6)
-        *carrier =
-            PyUnicode_FromString(info->size_in_bytes == 2 ? "uint16" : "uint8");
-    return index;
+        return PyUnicode_FromString(info->size_in_bytes == 2 ? "uint16"
+                                                             : "uint8");
+    return NULL;
 }
 
 /* numpy.array(array, order="C"): a C-contiguous, writable copy (0-d
@@ -875,55 +981,184 @@ static PyObject *numpy_c_copy(PyObject *np, PyObject *array)
     return copy;
 }
 
+/* A capsule of the array's elements, as `carrier` when not NULL; NULL
+ * without an exception when NumPy refuses to export it: the caller then
+ * copies.  The legacy capsule is asked for (a call without arguments,
+ * NumPy's fastest): every NumPy dtype has a legacy type code, and NumPy
+ * refuses a read-only array there, which has to be copied anyway. */
+static PyObject *numpy_capsule(binding_bridge *b, PyObject *array,
+                               PyObject *carrier)
+{
+    PyObject *source = carrier
+                           ? PyObject_CallMethod(array, "view", "O", carrier)
+                           : Py_NewRef(array);
+    PyObject *capsule =
+        source ? PyObject_CallMethodNoArgs(source, b->dlpack_name) : NULL;
+    Py_XDECREF(source);
+    if (capsule == NULL && PyErr_ExceptionMatches(PyExc_BufferError))
+        PyErr_Clear();
+    return capsule;
+}
+
+/* Zero-copy over a C-contiguous, writable array; otherwise NumPy copies
+ * it first (a strided array, or a read-only one, which NumPy does not
+ * export as a legacy capsule). */
 PyObject *binding_from_numpy(PyObject *cls, PyObject *array)
 {
     binding_state *st = PyType_GetModuleState((PyTypeObject *)cls);
-    if (!is_numpy_array(array)) {
+    binding_bridge *b = bridge_numpy(st, "Buffer.from_numpy()");
+    if (b == NULL)
+        return NULL;
+    if (!PyObject_TypeCheck(array, (PyTypeObject *)b->ndarray)) {
         PyErr_Format(PyExc_TypeError,
                      "from_numpy(): expected a numpy.ndarray, not %.100s",
                      Py_TYPE(array)->tp_name);
         return NULL;
     }
-    PyObject *carrier = NULL;
-    int index = numpy_dtype(st, array, &carrier);
-    if (index < 0)
+    PyObject *np_dtype = PyObject_GetAttr(array, b->dtype_name);
+    int index = np_dtype ? numpy_dtype_index(st, np_dtype) : -1;
+    Py_XDECREF(np_dtype);
+    PyObject *cpu = index >= 0 ? binding_device_default_queue(
+                                     (DeviceObject *)st->cpu)
+                               : NULL;
+    if (cpu == NULL)
         return NULL;
-    PyObject *np = binding_import_numpy("Buffer.from_numpy()");
-    /* Zero-copy needs C order and write access; otherwise NumPy copies
-     * (ascontiguousarray keeps 0-d arrays 0-d). */
-    PyObject *flags = PyObject_GetAttrString(array, "flags");
-    PyObject *c_contig =
-        flags ? PyObject_GetAttrString(flags, "c_contiguous") : NULL;
-    PyObject *writeable =
-        flags ? PyObject_GetAttrString(flags, "writeable") : NULL;
-    Py_XDECREF(flags);
-    PyObject *source = NULL;
-    if (np && c_contig && writeable) {
-        if (c_contig == Py_True && writeable == Py_True)
-            source = Py_NewRef(array);
-        else
-            source = numpy_c_copy(np, array);
-    }
-    Py_XDECREF(c_contig);
-    Py_XDECREF(writeable);
-    if (source != NULL && carrier != NULL) {
-        PyObject *viewed = PyObject_CallMethod(source, "view", "O", carrier);
-        Py_SETREF(source, viewed);
+    PyObject *carrier = numpy_carrier_name(mxd_dtype_at((size_t)index));
+    if (carrier == NULL && PyErr_Occurred())
+        return NULL;
+    bool strided = false;
+    import_spec spec = {cpu, index, -1,
+                        "from_numpy(): the array is not contiguous", &strided};
+    PyObject *buffer = NULL;
+    PyObject *capsule = numpy_capsule(b, array, carrier);
+    if (capsule != NULL)
+        buffer = import_capsule(st, capsule, &spec);
+    Py_XDECREF(capsule);
+    if (buffer == NULL && !PyErr_Occurred()) { /* strided or refused */
+        PyObject *copy = numpy_c_copy(b->numpy, array);
+        capsule = copy ? numpy_capsule(b, copy, carrier) : NULL;
+        Py_XDECREF(copy);
+        spec.strided = NULL;
+        if (capsule != NULL)
+            buffer = import_capsule(st, capsule, &spec);
+        else if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_BufferError,
+                            "from_numpy(): NumPy refused to export a copy "
+                            "of the array through DLPack");
+        Py_XDECREF(capsule);
     }
     Py_XDECREF(carrier);
-    PyObject *capsule = NULL;
-    if (source != NULL) {
-        PyObject *none = Py_None;
-        capsule = ask_capsule(source, none, -1);
-        Py_DECREF(source);
-    }
-    Py_XDECREF(np);
-    if (capsule == NULL)
+    return buffer;
+}
+
+/* ---- numpy.asarray(buf) and __cuda_array_interface__ -------------------- */
+
+static const char *const array_names[] = {"dtype", "copy"};
+
+/* numpy.asarray(buf) [beyond MAX]: to_numpy() (a zero-copy alias of host
+ * memory, a copy of device memory), then NumPy's dtype and copy rules. */
+PyObject *binding_buffer_array(PyObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    const binding_params params = {"__array__", array_names, 2, 0};
+    PyObject *argv[2];
+    int copy;
+    if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0 ||
+        parse_copy(argv[1], &copy) < 0)
         return NULL;
-    PyObject *cpu = binding_device_default_queue((DeviceObject *)st->cpu);
-    import_spec spec = {cpu, index, -1,
-                        "from_numpy(): the array is not contiguous"};
-    PyObject *b = cpu ? import_capsule(st, capsule, &spec) : NULL;
-    Py_DECREF(capsule);
-    return b;
+    if (copy == 0 && mxd_memory_host(as_buffer(self)->memory) == NULL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "__array__(copy=False): accelerator memory reaches "
+                        "NumPy only as a copy");
+        return NULL;
+    }
+    PyObject *array = binding_to_numpy(self, NULL);
+    if (array != NULL && argv[0] != NULL && argv[0] != Py_None)
+        Py_SETREF(array, PyObject_CallMethod(array, "astype", "O", argv[0]));
+    if (array != NULL && copy == 1)
+        Py_SETREF(array, PyObject_CallMethod(array, "copy", NULL));
+    return array;
+}
+
+/* NumPy's array-interface type string of the dtype's NumPy mapping
+ * (float8/6/4 as raw bytes, bfloat16 as 2-byte opaque values). */
+static const char *typestr(const mxd_dtype_info *info)
+{
+    switch (info->code) {
+    case MXD_DTYPE_BOOL: return "|b1";
+    case MXD_DTYPE_INT8: return "|i1";
+    case MXD_DTYPE_INT16: return "<i2";
+    case MXD_DTYPE_INT32: return "<i4";
+    case MXD_DTYPE_INT64: return "<i8";
+    case MXD_DTYPE_UINT16: return "<u2";
+    case MXD_DTYPE_UINT32: return "<u4";
+    case MXD_DTYPE_UINT64: return "<u8";
+    case MXD_DTYPE_FLOAT16: return "<f2";
+    case MXD_DTYPE_FLOAT32: return "<f4";
+    case MXD_DTYPE_FLOAT64: return "<f8";
+    case MXD_DTYPE_BFLOAT16: return "<V2";
+    default: return "|u1"; /* uint8 and the sub-byte and float8 types */
+    }
+}
+
+static PyObject *byte_strides(BufferObject *b)
+{
+    mxd_layout layout = binding_buffer_layout(b);
+    if (mxd_layout_is_contiguous(&layout))
+        Py_RETURN_NONE; /* version 3: None means C-contiguous */
+    PyObject *tuple = PyTuple_New(buffer_rank(b));
+    for (int i = 0; tuple && i < buffer_rank(b); i++) {
+        PyObject *s =
+            PyLong_FromLongLong(buffer_strides(b)[i] * layout.element_size);
+        if (s == NULL) {
+            Py_CLEAR(tuple);
+            break;
+        }
+        PyTuple_SET_ITEM(tuple, i, s);
+    }
+    return tuple;
+}
+
+/* A property only CUDA buffers have (hasattr is False elsewhere). */
+PyObject *binding_buffer_cuda_array_interface(PyObject *self, void *closure)
+{
+    (void)closure;
+    BufferObject *b = as_buffer(self);
+    mxd_device *dev = mxd_memory_device(b->memory);
+    if (strcmp(mxd_device_api(dev), "cuda") != 0) {
+        PyErr_Format(PyExc_AttributeError,
+                     "'%.100s' object has no attribute "
+                     "'__cuda_array_interface__' (the buffer is in %s "
+                     "memory, not CUDA memory)",
+                     Py_TYPE(self)->tp_name, mxd_device_api(dev));
+        return NULL;
+    }
+    uintptr_t stream = mxd_queue_native_handle(binding_buffer_queue(b));
+    PyObject *shape = PyTuple_New(buffer_rank(b));
+    for (int i = 0; shape && i < buffer_rank(b); i++) {
+        PyObject *n = PyLong_FromLongLong(buffer_shape(b)[i]);
+        if (n == NULL) {
+            Py_CLEAR(shape);
+            break;
+        }
+        PyTuple_SET_ITEM(shape, i, n);
+    }
+    PyObject *strides = shape ? byte_strides(b) : NULL;
+    PyObject *stream_obj =
+        strides ? (stream ? PyLong_FromSize_t(stream) : Py_NewRef(Py_None))
+                : NULL;
+    uintptr_t data = mxd_memory_device_ptr(b->memory) + (uintptr_t)b->offset;
+    PyObject *cai =
+        stream_obj
+            ? Py_BuildValue("{s:N,s:s,s:(NO),s:i,s:N,s:N}", "shape", shape,
+                            "typestr", typestr(buffer_dtype(b)), "data",
+                            PyLong_FromSize_t(data), Py_False, "version", 3,
+                            "strides", strides, "stream", stream_obj)
+            : NULL;
+    if (cai == NULL) {
+        Py_XDECREF(shape);
+        Py_XDECREF(strides);
+        Py_XDECREF(stream_obj);
+    }
+    return cai;
 }

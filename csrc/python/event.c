@@ -6,7 +6,7 @@ static mxd_event *event_of(PyObject *self)
     return ((EventObject *)self)->event;
 }
 
-/* ---- Construction and lifetime ----------------------------------------- */
+/* ---- Construction and lifetime ------------------------------------------ */
 
 static const char *const new_names[] = {"device", "enable_timing"};
 
@@ -53,7 +53,7 @@ static void event_dealloc(PyObject *self)
     Py_DECREF(type);
 }
 
-/* ---- Methods ----------------------------------------------------------- */
+/* ---- Methods ------------------------------------------------------------ */
 
 static const char *const timeout_names[] = {"timeout"};
 
@@ -134,7 +134,7 @@ static PyMethodDef event_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* ---- Properties, comparison and text ----------------------------------- */
+/* ---- Properties, comparison and text ------------------------------------ */
 
 static PyObject *event_get_device(PyObject *self, void *closure)
 {

@@ -6,7 +6,7 @@ static mxd_flag *flag_of(PyObject *self)
     return ((FlagObject *)self)->flag;
 }
 
-/* ---- Construction and lifetime ----------------------------------------- */
+/* ---- Construction and lifetime ------------------------------------------ */
 
 static const char *const device_names[] = {"device"};
 
@@ -54,7 +54,7 @@ static void flag_dealloc(PyObject *self)
     Py_DECREF(type);
 }
 
-/* ---- Methods ----------------------------------------------------------- */
+/* ---- Methods ------------------------------------------------------------ */
 
 static const char *const value_names[] = {"value"};
 
@@ -103,7 +103,7 @@ static PyMethodDef flag_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* ---- Properties and text ----------------------------------------------- */
+/* ---- Properties and text ------------------------------------------------ */
 
 static PyObject *flag_get_device(PyObject *self, void *closure)
 {

@@ -19,33 +19,96 @@ static int refusing_python(void)
     return atomic_load(&exiting) || compat_is_finalizing();
 }
 
-/* ---- The runner -------------------------------------------------------- */
+/* ---- The runner --------------------------------------------------------
+ *
+ * A worker thread that runs Python keeps its Python thread state from one
+ * entry to the next (and drops it when the worker exits): creating and
+ * deleting one per host function would be most of the time a gated queue
+ * takes to resume its Python host function after flag.signal().  Only
+ * threads Python did not know before keep one: a thread of the
+ * interpreter's own (the caller of an inline run, or a host function
+ * nesting one) takes and gives back the GIL as PyGILState_Ensure says. */
+
+static _Thread_local PyThreadState *worker_state; /* while not in Python */
+static _Thread_local PyGILState_STATE worker_gil; /* its PyGILState_Ensure */
+
+/* Tokens: how runner_leave gives the GIL back. */
+static char held_already, kept_state, ensured_locked, ensured_unlocked;
+
+static void *take_gil(void)
+{
+    if (worker_state != NULL) {
+        PyEval_RestoreThread(worker_state);
+        worker_state = NULL;
+        return &kept_state;
+    }
+    if (PyGILState_GetThisThreadState() != NULL)
+        return PyGILState_Ensure() == PyGILState_LOCKED ? &ensured_locked
+                                                        : &ensured_unlocked;
+    worker_gil = PyGILState_Ensure(); /* a new thread state, kept */
+    return &kept_state;
+}
+
+static void give_gil(void *token)
+{
+    if (token == &held_already)
+        return;
+    if (token == &kept_state)
+        worker_state = PyEval_SaveThread();
+    else
+        PyGILState_Release(token == &ensured_locked ? PyGILState_LOCKED
+                                                    : PyGILState_UNLOCKED);
+}
 
 static void *runner_enter(void)
 {
+    /* The caller holds the GIL already (the last reference to imported
+     * memory dropped by Python code): the runtime is alive, nothing to
+     * take. */
+    if (PyGILState_Check() && !compat_is_finalizing())
+        return &held_already;
     atomic_fetch_add(&entering, 1);
     if (refusing_python()) {
         atomic_fetch_sub(&entering, 1);
         return NULL;
     }
-    PyGILState_STATE gil = PyGILState_Ensure();
+    void *token = take_gil();
     atomic_fetch_sub(&entering, 1);
     if (atomic_load(&exiting)) {
-        PyGILState_Release(gil);
+        if (token == &kept_state) {
+            PyGILState_Release(worker_gil); /* drops the kept state */
+        } else {
+            give_gil(token);
+        }
         return NULL;
     }
-    /* PyGILState_STATE is 0 or 1; the token must not be NULL. */
-    return (void *)((uintptr_t)gil + 1);
+    return token;
 }
 
 static void runner_leave(void *token)
 {
-    PyGILState_Release((PyGILState_STATE)((uintptr_t)token - 1));
+    give_gil(token);
 }
 
-const mxd_host_runner binding_host_runner = {runner_enter, runner_leave};
+/* The worker exits: give its thread state back, unless the interpreter
+ * is going away (then the state belongs to a dying runtime: leave it). */
+static void runner_thread_exit(void)
+{
+    if (worker_state == NULL)
+        return;
+    atomic_fetch_add(&entering, 1);
+    if (!refusing_python()) {
+        PyEval_RestoreThread(worker_state);
+        PyGILState_Release(worker_gil);
+    }
+    worker_state = NULL;
+    atomic_fetch_sub(&entering, 1);
+}
 
-/* ---- Work items -------------------------------------------------------- */
+const mxd_host_runner binding_host_runner = {runner_enter, runner_leave,
+                                             runner_thread_exit};
+
+/* ---- Work items --------------------------------------------------------- */
 
 /* Runs with the GIL held; consumes the reference to fn. */
 static void host_fn_run(void *data)
@@ -159,7 +222,7 @@ PyObject *binding_enqueue_async_host_fn(binding_state *st, const char *fname,
     Py_RETURN_NONE;
 }
 
-/* ---- __unsafe_pack_py_host_func ---------------------------------------- */
+/* ---- __unsafe_pack_py_host_func ----------------------------------------- */
 
 /* The C entry point handed out by __unsafe_pack_py_host_func: called
  * exactly once, from any thread, with or without the GIL. */
@@ -192,7 +255,7 @@ PyObject *binding_pack_host_fn(PyObject *module, PyObject *const *args,
     return pair;
 }
 
-/* ---- Interpreter exit -------------------------------------------------- */
+/* ---- Interpreter exit --------------------------------------------------- */
 
 static void wait_for_entering_threads(void)
 {

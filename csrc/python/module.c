@@ -2,7 +2,7 @@
  * state, and the module-level functions. */
 #include "binding.h"
 
-/* ---- Module functions -------------------------------------------------- */
+/* ---- Module functions --------------------------------------------------- */
 
 static PyObject *accelerator_count(PyObject *module, PyObject *unused)
 {
@@ -75,6 +75,14 @@ static PyMethodDef module_methods[] = {
                  "How the accelerator backend was chosen at import: one dict "
                  "per backend considered, in order, with keys api, library, "
                  "loaded, device_count, error and chosen.")},
+    {"begin_launch_trace", binding_begin_launch_trace, METH_NOARGS,
+     BINDING_DOC("begin_launch_trace", "()",
+                 "Starts recording, process-wide, every copy and fill any "
+                 "queue enqueues (and forgets an earlier recording).")},
+    {"take_launch_trace", binding_take_launch_trace, METH_NOARGS,
+     BINDING_DOC("take_launch_trace", "()",
+                 "Stops recording and returns the LaunchTraceEntry list in "
+                 "enqueue order (empty when nothing was recording).")},
     {"_cleanup_failures", cleanup_failures, METH_NOARGS,
      BINDING_DOC("_cleanup_failures", "()",
                  "(count, last message) of the driver destroys and frees "
@@ -91,7 +99,7 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* ---- Exec -------------------------------------------------------------- */
+/* ---- Exec --------------------------------------------------------------- */
 
 static const void *native_at(PyObject *obj, size_t offset)
 {
@@ -166,12 +174,13 @@ static int module_exec(PyObject *module)
         binding_add_queue_type(module, st) < 0 ||
         binding_add_event_type(module, st) < 0 ||
         binding_add_flag_type(module, st) < 0 ||
-        binding_add_buffer_types(module, st) < 0 || register_atexit(module) < 0)
+        binding_add_buffer_types(module, st) < 0 ||
+        binding_add_trace_type(module, st) < 0 || register_atexit(module) < 0)
         return -1;
     return 0;
 }
 
-/* ---- State lifetime ---------------------------------------------------- */
+/* ---- State lifetime ----------------------------------------------------- */
 
 static int module_traverse(PyObject *module, visitproc visit, void *arg)
 {
@@ -189,10 +198,16 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->dtype_type);
     for (int i = 0; i < MXD_DTYPE_MEMBERS; i++)
         Py_VISIT(st->dtypes[i]);
+    Py_VISIT(st->trace_entry_type);
+    Py_VISIT(st->operation_kind);
+    Py_VISIT(st->memcpy_kind);
     Py_VISIT(st->usage_type);
     Py_VISIT(st->usages[0]);
     Py_VISIT(st->usages[1]);
     Py_VISIT(st->cpu);
+    int visited = binding_bridge_traverse(&st->bridge, visit, arg);
+    if (visited != 0)
+        return visited;
     for (int i = 0; st->accelerators != NULL && i < st->accelerator_count; i++)
         Py_VISIT(st->accelerators[i]);
     return 0;
@@ -206,6 +221,7 @@ static int module_clear(PyObject *module)
     for (int i = 0; st->accelerators != NULL && i < st->accelerator_count; i++)
         Py_CLEAR(st->accelerators[i]);
     Py_CLEAR(st->cpu);
+    binding_bridge_clear(&st->bridge);
     Py_CLEAR(st->device_type);
     Py_CLEAR(st->cpu_type);
     Py_CLEAR(st->accelerator_type);
@@ -217,6 +233,9 @@ static int module_clear(PyObject *module)
     Py_CLEAR(st->dtype_type);
     for (int i = 0; i < MXD_DTYPE_MEMBERS; i++)
         Py_CLEAR(st->dtypes[i]);
+    Py_CLEAR(st->trace_entry_type);
+    Py_CLEAR(st->operation_kind);
+    Py_CLEAR(st->memcpy_kind);
     Py_CLEAR(st->usage_type);
     Py_CLEAR(st->usages[0]);
     Py_CLEAR(st->usages[1]);

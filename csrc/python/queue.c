@@ -8,7 +8,7 @@ static mxd_queue *queue_of(PyObject *self)
     return ((QueueObject *)self)->queue;
 }
 
-/* ---- Construction and lifetime ----------------------------------------- */
+/* ---- Construction and lifetime ------------------------------------------ */
 
 PyObject *binding_queue_wrap(binding_state *st, mxd_queue *queue)
 {
@@ -61,7 +61,7 @@ static void queue_dealloc(PyObject *self)
     Py_DECREF(type);
 }
 
-/* ---- Properties -------------------------------------------------------- */
+/* ---- Properties --------------------------------------------------------- */
 
 static PyObject *queue_get_device(PyObject *self, void *closure)
 {
@@ -118,7 +118,7 @@ static PyGetSetDef queue_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-/* ---- synchronize ------------------------------------------------------- */
+/* ---- synchronize -------------------------------------------------------- */
 
 static const char *const timeout_names[] = {"timeout"};
 
@@ -152,7 +152,7 @@ static PyObject *queue_synchronize(PyObject *self, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
-/* ---- record_event ------------------------------------------------------ */
+/* ---- record_event ------------------------------------------------------- */
 
 static const char *const record_event_overloads[] = {
     "record_event(self) -> DeviceEvent",
@@ -213,7 +213,7 @@ static PyObject *queue_record_event(PyObject *self, PyObject *const *args,
                                   self, args, nargs, kwnames);
 }
 
-/* ---- wait_for ---------------------------------------------------------- */
+/* ---- wait_for ----------------------------------------------------------- */
 
 static const char *const wait_for_overloads[] = {
     "wait_for(self, stream: DeviceQueue) -> None",
@@ -298,7 +298,7 @@ static PyObject *queue_wait_for(PyObject *self, PyObject *const *args,
                                   nargs, kwnames);
 }
 
-/* ---- wait_for_host_value and host functions ---------------------------- */
+/* ---- wait_for_host_value and host functions ----------------------------- */
 
 static const char *const wait_value_names[] = {"flag", "value"};
 
@@ -404,7 +404,7 @@ static PyMethodDef queue_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* ---- Comparison and text ----------------------------------------------- */
+/* ---- Comparison and text ------------------------------------------------ */
 
 static PyObject *queue_richcompare(PyObject *self, PyObject *other, int op)
 {

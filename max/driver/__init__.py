@@ -27,16 +27,20 @@ from .driver import (
     DeviceQueue,
     DeviceSpec,
     DLPackArray,
+    LaunchTraceEntry,
     Usage,
     accelerator_api,
     accelerator_architecture_name,
     accelerator_count,
     backend_selection,
+    begin_launch_trace,
     calculate_virtual_device_count,
     calculate_virtual_device_count_from_cli,
     devices_exist,
+    launch_trace,
     load_devices,
     scan_available_devices,
+    take_launch_trace,
 )
 
 __all__ = [
@@ -50,16 +54,20 @@ __all__ = [
     "DevicePinnedBuffer",
     "DeviceQueue",
     "DeviceSpec",
+    "LaunchTraceEntry",
     "Usage",
     "accelerator_api",
     "accelerator_architecture_name",
     "accelerator_count",
     "backend_selection",
+    "begin_launch_trace",
     "calculate_virtual_device_count",
     "calculate_virtual_device_count_from_cli",
     "devices_exist",
+    "launch_trace",
     "load_devices",
     "scan_available_devices",
+    "take_launch_trace",
 ]
 
 

@@ -7,7 +7,8 @@ monkeypatch ``max.driver.driver.accelerator_count`` to simulate accelerators.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -20,9 +21,12 @@ from max._core.driver import (
     DeviceEvent,
     DevicePinnedBuffer,
     DeviceQueue,
+    LaunchTraceEntry,
     Usage,
     accelerator_count,
     backend_selection,
+    begin_launch_trace,
+    take_launch_trace,
 )
 
 __all__ = [
@@ -36,19 +40,42 @@ __all__ = [
     "DevicePinnedBuffer",
     "DeviceQueue",
     "DeviceSpec",
+    "LaunchTraceEntry",
     "Usage",
     "accelerator_api",
     "accelerator_architecture_name",
     "accelerator_count",
     "backend_selection",
+    "begin_launch_trace",
     "calculate_virtual_device_count",
     "calculate_virtual_device_count_from_cli",
     "devices_exist",
     "load_devices",
+    "launch_trace",
     "scan_available_devices",
+    "take_launch_trace",
 ]
 
 DeviceType = Literal["cpu", "gpu"]
+
+
+@contextlib.contextmanager
+def launch_trace() -> Iterator[list[LaunchTraceEntry]]:
+    """Records every copy and fill enqueued inside the block.
+
+    Yields a list that is filled with the entries when the block ends; the
+    recording stops even when the block raises::
+
+        with launch_trace() as entries:
+            buf.to(Accelerator())
+        assert entries[0].kind is LaunchTraceEntry.OperationKind.MEMCPY
+    """
+    entries: list[LaunchTraceEntry] = []
+    begin_launch_trace()
+    try:
+        yield entries
+    finally:
+        entries.extend(take_launch_trace())
 
 
 @runtime_checkable
@@ -56,7 +83,10 @@ class DLPackArray(Protocol):
     """Anything that exports its memory through DLPack (SPEC §13): NumPy
     arrays, PyTorch and JAX tensors, CuPy arrays, Buffers."""
 
-    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any: ...
+    # Only ``stream`` (the array API's one required keyword): a protocol
+    # method with ``**kwargs`` would match no producer whose __dlpack__
+    # lists its keywords (NumPy's and Buffer's both do).
+    def __dlpack__(self, *, stream: Any = None) -> Any: ...
 
     def __dlpack_device__(self) -> tuple[int, int]: ...
 

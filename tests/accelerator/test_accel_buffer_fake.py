@@ -281,6 +281,26 @@ def test_no_violations_while_a_gated_queue_holds_the_device(acc, aq, gate, viola
     assert violations.count() == 0, violations.all()
 
 
+def test_free_waits_for_every_queue_it_was_handed_to(acc, gate, fake):
+    """SPEC §12.7: the free waits for the work of every queue the memory was
+    handed to (Buffer.to(stream)), however many: here the gated one is the
+    first of 80."""
+    base = _settled_allocs(fake)
+    buf = Buffer(DType.int32, (N,), acc)
+    first = DeviceQueue(acc)
+    flag = gate(first)
+    buf.to(first).inplace_copy_from(Buffer.from_numpy(np.ones(N, np.int32)))
+    others = [DeviceQueue(acc) for _ in range(79)]
+    for q in others:
+        buf.to(q)
+    del buf
+    gc.collect()
+    time.sleep(NOT_YET)
+    assert fake.live("device_alloc") == base + 1, "freed before its first queue"
+    flag.signal(1)
+    assert wait_until(lambda: fake.live("device_alloc") == base, timeout=WAIT)
+
+
 def test_pending_copy_behind_a_gate_then_dropped(acc, aq, gate, violations):
     """Dropping a copy's source and destination while it waits: no memory
     is used after it was freed (the fake would fail the stream with an
@@ -318,6 +338,7 @@ N = 1 << 16
 out = {}
 acc = Accelerator(0)
 q = DeviceQueue(acc)
+out["memory_pools"] = acc._capabilities()["memory_pools"]
 ref = np.arange(N, dtype=np.int32)
 # Values through every kind of copy, with a gate held while they queue up.
 f = CompletionFlag(acc)
@@ -389,6 +410,7 @@ def test_buffers_under_other_fake_configurations(run_acc_py, env):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = _child_json(r)
     assert out["d2d"] and out["pinned"], out
+    assert out["memory_pools"] is (env.get("FAKE_GPU_MEMORY_POOLS") != "0")
     if "peer" in out:
         assert out["peer"] and out["peer_back"], out
         if env.get("FAKE_GPU_PEER") == "0":

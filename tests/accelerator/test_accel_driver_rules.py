@@ -260,8 +260,10 @@ def test_capabilities_are_probed(acc):
         "stream_memory_operations",
         "host_function_entry_point",
         "python_host_functions_run_on",
+        "memory_pools",
     }
     assert isinstance(caps["driver_version"], int)
+    assert isinstance(caps["memory_pools"], bool)
     assert isinstance(caps["stream_memory_operations"], bool)
     names = {"cuda": ("cuLaunchHostFunc", "cuStreamAddCallback", "")}
     names["hip"] = ("hipLaunchHostFunc", "hipStreamAddCallback", "")

@@ -909,7 +909,7 @@ int main(int argc, char **argv)
     }
     mxd_error err;
     memset(&err, 0, sizeof err);
-    mxd_host_runner runner = {runner_enter, runner_leave};
+    mxd_host_runner runner = {runner_enter, runner_leave, NULL};
     OK(mxd_init(&runner, &err), &err);
     if (mxd_accelerator_count() != 0)
         FAIL("an accelerator backend was chosen; run with MAX_DRIVER_BACKEND=cpu");

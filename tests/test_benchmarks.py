@@ -1,0 +1,137 @@
+"""The CPU benchmark command (``python -m benchmarks``): its table sections,
+the Buffer-against-NumPy figures, the GIL figures on the fake GPU driver,
+and how each optional section says why it did not run.  These check that
+every figure is produced with the target DESIGN.md gives it, not what the
+figures are (a loaded test machine says nothing about them)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # for `benchmarks`, a top-level directory
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import buffers, fake_gpu  # noqa: E402
+from benchmarks.run import Result, optional_sections, table  # noqa: E402
+
+
+def test_table_heads_each_section_once():
+    rows = [
+        Result("a", 1.0, "x", 2, section="one"),
+        Result("b", 1.0, "x", 2, section="one"),
+        Result("c", 3.0, "x", 2, section="two"),
+    ]
+    lines = table(rows).splitlines()
+    assert lines[2] == "[one]" and lines[5] == "[two]", lines
+    assert [line.split(" |")[0].strip() for line in lines[3:5]] == ["a", "b"]
+    assert "MISS" in lines[6]
+    # Without sections (benchmarks/gpu.py before it had any): no headings.
+    assert "[" not in table([Result("a", 1.0, "x")])
+
+
+needs_numpy = pytest.mark.skipif(
+    buffers.numpy_skip_reason() is not None, reason="NumPy is not installed"
+)
+
+
+@needs_numpy
+def test_buffer_figures_have_design_targets():
+    results = buffers.per_call(reps=1, number=200)
+    targets = {r.name: r.target for r in results}
+    assert targets == {
+        "Buffer(DType.float32, (1024,)) create+drop": 1,
+        "Buffer.from_numpy(a)": 1.5,
+        "buf.to_numpy()": 1.5,
+        "np.from_dlpack(buf)": 1.5,
+        "buf[1:3, ::2] (a view)": 1.5,
+        "buf.item() (one element)": 1.5,
+        "buf[i, j] = v": 1.5,
+    }
+    for r in results:
+        assert r.ratio > 0 and math.isfinite(r.ratio), r
+        assert r.section == buffers.SECTION and r.status in ("PASS", "MISS")
+
+
+@needs_numpy
+def test_buffer_copy_bandwidth_is_higher_is_better():
+    r = buffers.copy_bandwidth(reps=1, mib=1)
+    assert r.higher_is_better and r.target == 0.9
+    assert r.ratio > 0 and "GB/s vs np.copyto" in r.detail
+
+
+@needs_numpy
+def test_buffer_memory_growth_is_measured():
+    r = buffers.memory_growth(count=1000)
+    assert r.target == 1 and r.name.startswith("1,000 Buffer(")
+    assert "RSS" in r.detail
+
+
+@pytest.mark.skipif(fake_gpu.skip_reason() is not None, reason="no fake driver")
+def test_gil_figures_run_on_the_fake_driver():
+    results = fake_gpu.benchmark(reps=1, number=200)
+    assert {r.section for r in results} == {"fake GPU (CPU-side)"}
+    assert all(r.target is None and r.status == "info" for r in results)
+    names = {r.name for r in results}
+    for op, _ in fake_gpu.CALLS:
+        assert f"{op}: nothing pending (GIL held)" in names
+        assert f"{op}: host dependency pending (GIL released)" in names
+        assert f"{op}: cost of releasing the GIL, ns" in names
+    assert "reference: releasing the GIL around a C call, ns" in names
+    # Both states were measured on the fake GPU: enqueues cost more than a
+    # no-op call there.
+    held = [r for r in results if "(GIL held)" in r.name]
+    assert all(r.ratio > 1 for r in held), held
+
+
+def test_gil_child_refuses_a_backend_other_than_the_fake():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAX_DRIVER_")}
+    env.update(MAX_DRIVER_BACKEND="cpu", PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.fake_gpu", "1", "10"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode != 0 and "not on the fake CUDA driver" in proc.stderr
+
+
+def test_optional_sections_say_why_they_did_not_run(monkeypatch, capsys):
+    monkeypatch.setattr(buffers, "numpy_skip_reason", lambda: "no NumPy here")
+    monkeypatch.setattr(fake_gpu, "skip_reason", lambda: "no compiler here")
+    assert optional_sections(scale_down=10) == []
+    out = capsys.readouterr().out
+    assert f"[{buffers.SECTION}] skipped: no NumPy here" in out
+    assert f"[{fake_gpu.SECTION}] skipped: no compiler here" in out
+
+
+@needs_numpy
+def test_benchmarks_command_writes_every_section(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAX_DRIVER_")}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "latest.json").read_text())
+    sections = {r["section"] for r in report["results"]}
+    assert buffers.SECTION in sections
+    assert "CPU device: queues, events, flags, host functions" in sections
+    if fake_gpu.skip_reason() is None:
+        assert fake_gpu.SECTION in sections
+    text = (tmp_path / "latest.txt").read_text()
+    assert f"[{buffers.SECTION}]" in text
