@@ -128,11 +128,14 @@ def capsule_name(capsule: object) -> str:
 
 
 def payload(capsule: object) -> DLManagedTensorVersioned | DLManagedTensor:
-    """The managed tensor of an unconsumed capsule (a view of its memory:
-    valid while the capsule is alive and unconsumed)."""
+    """The managed tensor of an unconsumed capsule: a view of its memory,
+    which keeps the capsule alive (its fields are valid until a consumer
+    takes the capsule)."""
     name = capsule_name(capsule)
     kind = {VERSIONED: DLManagedTensorVersioned, LEGACY: DLManagedTensor}[name]
-    return kind.from_address(_CAPSULE_POINTER(capsule, name.encode()))
+    view = kind.from_address(_CAPSULE_POINTER(capsule, name.encode()))
+    view._capsule = capsule  # (dl_tensor views keep `view` alive in turn)
+    return view
 
 
 def tensor(capsule: object) -> DLTensor:

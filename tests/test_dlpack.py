@@ -26,7 +26,9 @@ from buffer_support import (
     NUMPY_DTYPES,
     NUMPY_OF,
     SUB_BYTE,
+    Call,
     contiguous_strides,
+    returns_promptly,
     sample_array,
 )
 from dlpack_support import (
@@ -187,6 +189,37 @@ def test_dlpack_array_protocol():
 def test_cpu_accepts_stream_none_and_minus_one(stream):
     buf, ref = filled(DType.int32, (3,))
     cap = buf.__dlpack__(stream=stream, max_version=(1, 0))
+    assert tensor(cap).data == buf._data_ptr()
+
+
+@pytest.mark.parametrize(
+    "export",
+    [
+        lambda b: b.__dlpack__(),
+        lambda b: b.__dlpack__(stream=None, max_version=(1, 0)),
+        np.from_dlpack,
+        lambda b: b.to_numpy(),
+    ],
+    ids=["__dlpack__", "stream=None", "np.from_dlpack", "to_numpy"],
+)
+def test_host_access_waits_for_the_buffers_queue(gate, export):
+    """SPEC §12.6: reading from the host (stream=None) first waits for the
+    work enqueued on buf.stream so far."""
+    q = DeviceQueue(CPU())
+    buf = Buffer.zeros((4,), DType.float32, q)
+    flag = gate(q)
+    call = Call(lambda: export(buf))
+    assert call.blocked()
+    flag.signal(1)
+    call.value()
+
+
+def test_stream_minus_one_does_not_wait(gate):
+    """SPEC §13: -1 does no ordering, so nothing to wait for."""
+    q = DeviceQueue(CPU())
+    buf = Buffer.zeros((4,), DType.float32, q)
+    gate(q)
+    cap = returns_promptly(lambda: buf.__dlpack__(stream=-1, max_version=(1, 0)))
     assert tensor(cap).data == buf._data_ptr()
 
 
