@@ -626,20 +626,23 @@ static int tensor_layout(const mxd_dl_tensor *t, int64_t element_size,
     layout->rank = t->ndim;
     layout->element_size = element_size;
     layout->offset = 0;
-    memcpy(layout->shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
-    if (t->strides)
+    /* A 0-d tensor's shape and strides may be NULL. */
+    if (t->ndim > 0)
+        memcpy(layout->shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
+    if (t->ndim > 0 && t->strides)
         memcpy(layout->strides, t->strides, (size_t)t->ndim * sizeof(int64_t));
     else
-        mxd_contiguous_strides(t->ndim, t->shape, layout->strides);
+        mxd_contiguous_strides(t->ndim, layout->shape, layout->strides);
     mxd_error err;
-    if (mxd_shape_size(t->ndim, t->shape, element_size, NULL, NULL, &err) !=
-        MXD_OK) {
+    if (mxd_shape_size(t->ndim, layout->shape, element_size, NULL, NULL,
+                       &err) != MXD_OK) {
         binding_raise(&err);
         return -1;
     }
     int64_t bytes[MXD_MAX_RANK];
     mxd_byte_strides(layout, bytes);
-    if (!mxd_byte_extent(t->ndim, t->shape, bytes, 0, element_size, lo, hi)) {
+    if (!mxd_byte_extent(t->ndim, layout->shape, bytes, 0, element_size, lo,
+                         hi)) {
         buffer_error("from_dlpack(): the tensor's strides address more than "
                      "64 bits");
         return -1;
