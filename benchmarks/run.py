@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from max import driver
+from max.dtype import DType
 
 OUT_DIR = Path(__file__).resolve().parent / "results"
 
@@ -183,51 +184,112 @@ def _interleave(
 # ---- wake latency ---------------------------------------------------------------
 
 
-def wake_latency(samples: int) -> Result:
+def _thread_wake() -> float:
+    """Event.set -> a parked Python thread runs its next line."""
+    go, woke_at = threading.Event(), []
+    waiter = threading.Thread(
+        target=lambda: (go.wait(), woke_at.append(time.perf_counter()))
+    )
+    waiter.start()
+    time.sleep(0.0005)  # let the thread park
+    start = time.perf_counter()
+    go.set()
+    waiter.join()
+    return woke_at[0] - start
+
+
+def wake_latency(samples: int) -> list[Result]:
     """flag.signal -> gated queue resumes, against Event.set -> thread runs.
 
-    The queue's resumption is timed by the queue itself: a timing event
-    recorded behind the gate is stamped by the worker the moment it resumes,
-    against a timing event stamped on an idle queue just before signal()."""
+    What a user sees: a Python host function enqueued behind the gate stamps
+    the time itself (its worker wakes and takes the GIL), the target row.
+    The queue alone (info): a timing event recorded behind the gate is
+    stamped by the worker the moment it resumes, against one stamped on an
+    idle queue just before signal(); no GIL is taken."""
     cpu = driver.CPU()
     gated, idle = driver.DeviceQueue(cpu), driver.DeviceQueue(cpu)
     flag = driver.CompletionFlag(cpu)
     before = driver.DeviceEvent(cpu, enable_timing=True)
     resumed = driver.DeviceEvent(cpu, enable_timing=True)
+    enqueue = getattr(gated, "__unsafe_enqueue_py_host_func")
 
-    def ours() -> float:
+    def host_function() -> float:
+        flag.reset()
+        woke_at: list[float] = []
+        gated.wait_for_host_value(flag, 1)
+        enqueue(lambda: woke_at.append(time.perf_counter()))
+        time.sleep(0.0005)  # let the worker park on the gate
+        start = time.perf_counter()
+        flag.signal(1)
+        gated.synchronize()
+        return woke_at[0] - start
+
+    def queue_only() -> float:
         flag.reset()
         gated.wait_for_host_value(flag, 1)
         gated.record_event(resumed)
-        time.sleep(0.0005)  # let the worker park on the gate
+        time.sleep(0.0005)
         idle.record_event(before)
         flag.signal(1)
         resumed.synchronize()
         return before.elapsed_time(resumed) / 1e3
 
-    def threads() -> float:
-        go, woke_at = threading.Event(), []
-        waiter = threading.Thread(
-            target=lambda: (go.wait(), woke_at.append(time.perf_counter()))
-        )
-        waiter.start()
-        time.sleep(0.0005)
-        start = time.perf_counter()
-        go.set()
-        waiter.join()
-        return woke_at[0] - start
-
-    ours_runs, thread_runs = [], []
-    for _ in range(samples):
-        thread_runs.append(threads())
-        ours_runs.append(ours())
-    ours_med = statistics.median(ours_runs)
+    fn_runs, queue_runs, thread_runs = [], [], []
+    for _ in range(samples):  # interleaved, so the three see the same load
+        thread_runs.append(_thread_wake())
+        fn_runs.append(host_function())
+        queue_runs.append(queue_only())
     thread_med = statistics.median(thread_runs)
+    out = []
+    for name, runs, target in (
+        ("wake latency: flag.signal -> Python host function runs", fn_runs, 1),
+        ("wake latency, queue only: flag.signal -> queue resumes", queue_runs, None),
+    ):
+        med = statistics.median(runs)
+        out.append(
+            Result(
+                name,
+                med / thread_med,
+                f"median {med * 1e6:.1f} us vs threading.Event {thread_med * 1e6:.1f} us",
+                target,
+            )
+        )
+    return out
+
+
+# ---- launch trace ---------------------------------------------------------------
+
+
+def trace_overhead(reps: int, number: int) -> Result:
+    """A small copy on an idle CPU queue with the launch trace recording,
+    against the same copy with it off (info). Off, a copy or fill pays one
+    relaxed atomic load for the trace: below what a run can resolve."""
+    queue = driver.DeviceQueue(driver.CPU())
+    src = driver.Buffer.zeros((16,), DType.float32)
+    dst = driver.Buffer(DType.float32, (16,), queue)
+    copy = dst.inplace_copy_from
+
+    def run(recording: bool) -> float:
+        if recording:
+            driver.begin_launch_trace()
+        try:
+            start = time.perf_counter()
+            for _ in range(number):
+                copy(src)
+            return (time.perf_counter() - start) / number
+        finally:
+            if recording:
+                driver.take_launch_trace()
+
+    off, on = [], []
+    for _ in range(reps):
+        off.append(run(False))
+        on.append(run(True))
+    off_med, on_med = statistics.median(off), statistics.median(on)
     return Result(
-        "wake latency: flag.signal -> gated queue resumes",
-        ours_med / thread_med,
-        f"median {ours_med * 1e6:.1f} us vs threading.Event {thread_med * 1e6:.1f} us",
-        1,
+        "launch trace: 64-byte copy, recording / off",
+        statistics.median(o / f for o, f in zip(on, off, strict=True)),
+        f"{on_med * 1e9:.0f} ns recording vs {off_med * 1e9:.0f} ns off",
     )
 
 
@@ -455,9 +517,10 @@ def main(argv: list[str] | None = None) -> int:
 
     results = per_call(reps=7, number=200_000 // scale_down)
     results.append(host_throughput(reps=5, count=20_000 // scale_down))
-    results.append(wake_latency(samples=200 // scale_down))
+    results += wake_latency(samples=200 // scale_down)
     results.append(ping_pong(reps=5, rounds=2000 // scale_down))
     results += scale(events=1_000_000 // scale_down)
+    results.append(trace_overhead(reps=7, number=20_000 // scale_down))
     for result in results:
         result.section = "CPU device: queues, events, flags, host functions"
     results += optional_sections(scale_down)

@@ -13,6 +13,7 @@ says "as MAX"; where the SPEC differs, the test follows the SPEC and says so.
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import gc
 import math
@@ -1636,6 +1637,15 @@ def test_mmap_read_write_is_the_file(mmap_file):
     assert mmap_file.read_bytes()[7] == 1
 
 
+def test_mmap_write_mode_empties_an_existing_file(mmap_file):
+    """'w+' as numpy.memmap: an existing file is truncated, then sized to
+    the offset and shape with zeros."""
+    buf = Buffer.mmap(mmap_file, DType.uint8, (4,), mode="w+", offset=2)
+    assert buf.to_numpy().tolist() == [0, 0, 0, 0]
+    buf[0] = 7
+    assert mmap_file.read_bytes() == bytes([0, 0, 7, 0, 0, 0])
+
+
 def test_mmap_keeps_the_mapping_alive(mmap_file):
     buf = Buffer.mmap(mmap_file, DType.uint8, (8,), mode="r+")
     view = buf[2:]
@@ -1788,3 +1798,111 @@ def test_bfloat16_to_numpy_without_ml_dtypes(run_py):
     assert "ITEM 2.5" in r.stdout, r.stdout
     assert "RAW [16416, 0]" in r.stdout, r.stdout  # 0x4020 is 2.5
     assert "VALUEERROR True True" in r.stdout, r.stdout
+
+
+def test_python_subclass_of_buffer_works():
+    """A subclass has no module state of its own: every call finds ours
+    through the MRO (it crashed before)."""
+
+    class Tagged(Buffer):
+        pass
+
+    t = Tagged(DType.int32, (4,))
+    t.tag = "mine"  # a Python subclass has a __dict__
+    t[1] = 7
+    assert type(t) is Tagged and t.tag == "mine" and t[1].item() == 7
+    assert type(Tagged.zeros((2,), DType.int8)) is Tagged
+    assert type(Tagged.scalar(3, DType.int8)) is Buffer
+    assert type(t[1:]) is Buffer and type(t.copy()) is Buffer
+    assert type(Tagged.from_numpy(np.arange(3))) is Buffer
+    assert t.to_numpy().tolist() == [t[0].item(), 7, t[2].item(), t[3].item()]
+    assert isinstance(t, Buffer)
+    del t
+    gc.collect()
+
+
+IMPORTED_RELEASE_CHILD = r"""
+import gc
+import numpy as np
+from max.driver import CPU, Buffer, CompletionFlag, DeviceQueue
+from max.dtype import DType
+a = np.arange(64, dtype=np.int32)
+for _ in range(100):
+    b = Buffer.from_numpy(a)
+    del b  # the last reference dropped by Python code
+q = DeviceQueue(CPU())
+flag = CompletionFlag(CPU())
+q.wait_for_host_value(flag, 1)
+dst = Buffer(DType.int32, (64,), q)
+src = Buffer.from_numpy(np.arange(64, dtype=np.int32))
+dst.inplace_copy_from(src)  # the staged item holds the imported memory
+flag.signal(1)
+q.synchronize(timeout=30)
+del src
+gc.collect()
+print("OK", dst[63].item())
+"""
+
+
+def test_imported_memory_released_with_the_gil_kept(run_py):
+    """Giving NumPy its memory back from a thread that holds the GIL must
+    leave the GIL held: PYTHONMALLOC=debug catches an object freed without
+    it (a crash before the host runner learnt that case)."""
+    r = run_py(IMPORTED_RELEASE_CHILD, timeout=60, PYTHONMALLOC="debug")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "OK 63" in r.stdout, r.stdout
+
+
+def _capsule_version(capsule):
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.argtypes, get.restype = [ctypes.py_object, ctypes.c_char_p], ctypes.c_void_p
+    version = (ctypes.c_uint32 * 2).from_address(get(capsule, b"dltensor_versioned"))
+    return tuple(version)
+
+
+@pytest.mark.parametrize(
+    ("asked", "exported"), [((1, 0), (1, 0)), ((1, 1), (1, 1)), ((1, 7), (1, 1)), ((2, 0), (1, 1))]
+)
+def test_dlpack_exports_no_newer_version_than_asked(asked, exported):
+    """The DLPack protocol: the producer's capsule is of a version no newer
+    than the consumer's max_version (ours is 1.1)."""
+    capsule = Buffer(DType.int32, (2,)).__dlpack__(max_version=asked)
+    assert _capsule_version(capsule) == exported
+
+
+def test_float8_needs_dlpack_1_1():
+    """float8 type codes are DLPack 1.1: a consumer of 1.0 or of the legacy
+    capsule is told to ask for (1, 1)."""
+    buf = Buffer(DType.float8_e4m3fn, (2,))
+    for asked in (None, (1, 0)):
+        with pytest.raises(BufferError, match=r"max_version=\(1, 1\)"):
+            buf.__dlpack__(max_version=asked)
+    assert _capsule_version(buf.__dlpack__(max_version=(1, 1))) == (1, 1)
+
+
+def test_index_beyond_64_bits_names_the_index():
+    buf = Buffer(DType.int8, (2, 3))
+    for index in (2**70, -(2**70)):
+        with pytest.raises(IndexError, match=f"index {index} is out of bounds"):
+            buf[0, index]
+
+
+def test_from_dlpack_of_a_non_producer_is_a_type_error():
+    with pytest.raises(TypeError, match="__dlpack__ and __dlpack_device__, not object"):
+        Buffer.from_dlpack(object())
+
+
+def test_device_pinned_buffer_takes_no_usage():
+    """Its memory is always Usage.STAGING: a usage argument is refused, not
+    ignored (a TypeError, checked before the device)."""
+    for call in (
+        lambda: DevicePinnedBuffer(DType.int8, (2,), CPU(), usage=Usage.DEFAULT),
+        lambda: DevicePinnedBuffer(DType.int8, (2,), CPU(), Usage.STAGING),
+        lambda: DevicePinnedBuffer.zeros((2,), DType.int8, CPU(), usage=Usage.DEFAULT),
+    ):
+        with pytest.raises(TypeError, match="takes no 'usage' argument"):
+            call()
+
+
+def test_usage_is_documented():
+    assert "STAGING" in Usage.__doc__ and "pinned" in Usage.__doc__

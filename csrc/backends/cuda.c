@@ -62,6 +62,11 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_MEM_OPS_ATTRIBUTE                                                  \
     "CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS"
 
+/* api_wait_value's conditions: equal; at least (wrap-safe:
+ * (int64_t)(*addr - value) >= 0). */
+#define API_WAIT_EQ MXD_CU_STREAM_WAIT_VALUE_EQ
+#define API_WAIT_GEQ MXD_CU_STREAM_WAIT_VALUE_GEQ
+
 /* The entry points copies and fills use, by name (the launch trace). */
 #define API_NAME_HTOD "cuMemcpyHtoDAsync"
 #define API_NAME_DTOH "cuMemcpyDtoHAsync"
@@ -245,26 +250,13 @@ static bool api_can_wait_value(api_device *d)
     return value != 0;
 }
 
-static mxd_status wait_value(gpu_stream s, uintptr_t device_ptr, uint64_t value,
-                             unsigned flags, mxd_error *err)
+static mxd_status api_wait_value(gpu_stream s, uintptr_t device_ptr,
+                                 uint64_t value, unsigned flags, mxd_error *err)
 {
     if (!drv.cuStreamWaitValue64)
         return missing("cuStreamWaitValue64 (stream memory operations)", err);
     return check(drv.cuStreamWaitValue64(s, device_ptr, value, flags),
                  "cuStreamWaitValue64", err);
-}
-
-static mxd_status api_wait_value_eq(gpu_stream s, uintptr_t device_ptr,
-                                    uint64_t value, mxd_error *err)
-{
-    return wait_value(s, device_ptr, value, MXD_CU_STREAM_WAIT_VALUE_EQ, err);
-}
-
-/* Wrap-safe: (int64_t)(*addr - value) >= 0. */
-static mxd_status api_wait_value_geq(gpu_stream s, uintptr_t device_ptr,
-                                     uint64_t value, mxd_error *err)
-{
-    return wait_value(s, device_ptr, value, MXD_CU_STREAM_WAIT_VALUE_GEQ, err);
 }
 
 /* ---- Device memory, copies and fills ------------------------------------ */

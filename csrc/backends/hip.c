@@ -59,6 +59,11 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_add_callback hipStreamAddCallback
 #define API_wait_value hipStreamWaitValue64
 #define API_MEM_OPS_ATTRIBUTE "hipDeviceAttributeCanUseStreamWaitValue"
+/* api_wait_value's conditions: equal; at least (wrap-safe:
+ * (int64_t)(*addr - value) >= 0). */
+#define API_WAIT_EQ MXD_HIP_STREAM_WAIT_VALUE_EQ
+#define API_WAIT_GEQ MXD_HIP_STREAM_WAIT_VALUE_GTE
+
 /* The entry points copies and fills use, by name (the launch trace). */
 #define API_NAME_HTOD "hipMemcpyHtoDAsync"
 #define API_NAME_DTOH "hipMemcpyDtoHAsync"
@@ -200,26 +205,14 @@ static bool api_can_wait_value(api_device *d)
            value != 0;
 }
 
-static mxd_status wait_value(gpu_stream s, uintptr_t device_ptr, uint64_t value,
-                             unsigned flags, mxd_error *err)
+static mxd_status api_wait_value(gpu_stream s, uintptr_t device_ptr,
+                                 uint64_t value, unsigned flags, mxd_error *err)
 {
     if (!drv.hipStreamWaitValue64)
         return missing("hipStreamWaitValue64 (stream memory operations)", err);
     return check(drv.hipStreamWaitValue64(s, (void *)device_ptr, value, flags,
                                           UINT64_MAX),
                  "hipStreamWaitValue64", err);
-}
-
-static mxd_status api_wait_value_eq(gpu_stream s, uintptr_t device_ptr,
-                                    uint64_t value, mxd_error *err)
-{
-    return wait_value(s, device_ptr, value, MXD_HIP_STREAM_WAIT_VALUE_EQ, err);
-}
-
-static mxd_status api_wait_value_geq(gpu_stream s, uintptr_t device_ptr,
-                                     uint64_t value, mxd_error *err)
-{
-    return wait_value(s, device_ptr, value, MXD_HIP_STREAM_WAIT_VALUE_GTE, err);
 }
 
 /* ---- Device memory, copies and fills ------------------------------------ */

@@ -234,7 +234,9 @@ static mxd_status flat_plan(mxd_copy_plan *plan, const mxd_layout *dst,
 static bool same_shape(const mxd_layout *a, const mxd_layout *b)
 {
     return a->rank == b->rank &&
-           memcmp(a->shape, b->shape, (size_t)a->rank * sizeof *a->shape) == 0;
+           (a->rank == 0 || /* rank 0: the shapes may be NULL */
+            memcmp(a->shape, b->shape, (size_t)a->rank * sizeof *a->shape) ==
+                0);
 }
 
 /* SPEC §14: pinned memory counts as host, and a copy between two host

@@ -183,12 +183,20 @@ PyObject *binding_import_numpy(const char *what);
 int binding_bridge_traverse(binding_bridge *b, visitproc visit, void *arg);
 void binding_bridge_clear(binding_bridge *b);
 
-/* All our types are heap types created with PyType_FromModuleAndSpec, and
- * only Device (which cannot be instantiated itself) may be subclassed, so
- * the type of every instance knows its module. */
+extern PyModuleDef binding_module_def;
+
+/* Our types are heap types created with PyType_FromModuleAndSpec; Device
+ * and Buffer may be subclassed in Python, and a subclass has no module of
+ * its own: the state is that of the first of our types in its MRO. */
+static inline binding_state *binding_type_state(PyTypeObject *type)
+{
+    return (binding_state *)PyModule_GetState(
+        compat_module_by_def(type, &binding_module_def));
+}
+
 static inline binding_state *binding_state_of(PyObject *self)
 {
-    return (binding_state *)PyType_GetModuleState(Py_TYPE(self));
+    return binding_type_state(Py_TYPE(self));
 }
 
 /* ---- Object layouts ----------------------------------------------------- */

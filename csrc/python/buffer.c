@@ -313,6 +313,12 @@ static bool has_keyword(PyObject *kwnames, PyObject *kwargs, const char *name)
 static int check_pinned_place(binding_state *st, PyTypeObject *type,
                               PyObject **argv)
 {
+    if (type == st->pinned_buffer_type && argv[3] != NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "DevicePinnedBuffer() takes no 'usage' argument: its "
+                        "memory is always Usage.STAGING");
+        return -1;
+    }
     if (type != st->pinned_buffer_type ||
         (argv[2] != NULL && argv[2] != Py_None) || argv[4] != NULL)
         return 0;
@@ -338,7 +344,7 @@ static int check_pinned_device(binding_state *st, PyTypeObject *type,
 static PyObject *construct(PyTypeObject *type, PyObject **argv,
                            bool device_by_keyword)
 {
-    binding_state *st = PyType_GetModuleState(type);
+    binding_state *st = binding_type_state(type);
     const char *fname =
         type == st->pinned_buffer_type ? "DevicePinnedBuffer" : "Buffer";
     new_args a;
@@ -418,7 +424,7 @@ static PyObject *buffer_zeros(PyObject *cls, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames)
 {
     PyTypeObject *type = (PyTypeObject *)cls;
-    binding_state *st = PyType_GetModuleState(type);
+    binding_state *st = binding_type_state(type);
     const char *fname = "zeros";
     const binding_params params = {fname, zeros_names, 5, 2};
     PyObject *argv[5], *reordered[5];
@@ -456,7 +462,7 @@ static const char *const scalar_names[] = {"value", "dtype", "device"};
 static PyObject *buffer_scalar(PyObject *cls, PyObject *const *args,
                                Py_ssize_t nargs, PyObject *kwnames)
 {
-    binding_state *st = PyType_GetModuleState((PyTypeObject *)cls);
+    binding_state *st = binding_type_state((PyTypeObject *)cls);
     const binding_params params = {"scalar", scalar_names, 3, 2};
     PyObject *argv[3];
     if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0)
@@ -911,6 +917,17 @@ static int make_usage(PyObject *module, binding_state *st)
         members ? Py_BuildValue("{s:s}", "module", "max._core.driver") : NULL;
     PyObject *args = kwargs ? Py_BuildValue("(sO)", "Usage", members) : NULL;
     st->usage_type = args ? PyObject_Call(flag, args, kwargs) : NULL;
+    PyObject *doc =
+        st->usage_type
+            ? PyUnicode_FromString(
+                  "How a buffer's memory is allocated: DEFAULT, the device's "
+                  "own memory; STAGING, on an accelerator pinned host memory "
+                  "mapped into the device (on the CPU, ordinary memory).")
+            : NULL;
+    if (doc == NULL ||
+        PyObject_SetAttrString(st->usage_type, "__doc__", doc) < 0)
+        Py_CLEAR(st->usage_type);
+    Py_XDECREF(doc);
     Py_XDECREF(args);
     Py_XDECREF(kwargs);
     Py_XDECREF(members);

@@ -80,7 +80,7 @@ static int open_file(PyObject *path, PyObject *filename, map_mode mode,
                      int64_t end)
 {
     int flags = mode == MODE_READ     ? O_RDONLY
-                : mode == MODE_CREATE ? O_RDWR | O_CREAT
+                : mode == MODE_CREATE ? O_RDWR | O_CREAT | O_TRUNC
                                       : (mode == MODE_COPY ? O_RDONLY : O_RDWR);
     int fd = open(PyBytes_AS_STRING(path), flags | O_CLOEXEC, 0666);
     if (fd < 0) {
@@ -113,7 +113,7 @@ static const char *const mmap_names[] = {"filename", "dtype", "shape", "mode",
 PyObject *binding_buffer_mmap(PyObject *cls, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames)
 {
-    binding_state *st = PyType_GetModuleState((PyTypeObject *)cls);
+    binding_state *st = binding_type_state((PyTypeObject *)cls);
     const binding_params params = {"mmap", mmap_names, 5, 3};
     PyObject *argv[5], *path = NULL;
     map_mode mode;

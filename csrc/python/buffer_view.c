@@ -22,7 +22,7 @@ static int index_error(const char *what, PyObject *key)
 }
 
 /* An int index that does not fit in 64 bits is out of range whatever the
- * dimension: clamp it so that the core reports it in NumPy's words. */
+ * dimension: said here, with the index as given. */
 static int parse_int_entry(PyObject *obj, int64_t *out)
 {
     PyObject *index = PyNumber_Index(obj);
@@ -30,10 +30,14 @@ static int parse_int_entry(PyObject *obj, int64_t *out)
         return -1;
     int overflow;
     long long value = PyLong_AsLongLongAndOverflow(index, &overflow);
+    if (overflow)
+        PyErr_Format(PyExc_IndexError,
+                     "index %S is out of bounds (it does not fit in 64 bits)",
+                     index);
     Py_DECREF(index);
-    if (value == -1 && PyErr_Occurred())
+    if (overflow || (value == -1 && PyErr_Occurred()))
         return -1;
-    *out = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : value;
+    *out = value;
     return 0;
 }
 

@@ -42,6 +42,29 @@ static inline PyObject *compat_type_qualname(PyTypeObject *type)
 #define COMPAT_HAS_MULTIPLE_INTERPRETERS_SLOT 0
 #endif
 
+/* The module of the first class in type's MRO defined by `def` (type is
+ * ours, or a Python subclass of one of ours); NULL only for other types.
+ * No exception is set. */
+static inline PyObject *compat_module_by_def(PyTypeObject *type,
+                                             PyModuleDef *def)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    PyObject *module = PyType_GetModuleByDef(type, def);
+    if (module == NULL)
+        PyErr_Clear();
+    return module;
+#else
+    for (; type != NULL; type = type->tp_base) {
+        if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE))
+            continue;
+        PyObject *module = ((PyHeapTypeObject *)type)->ht_module;
+        if (module != NULL && PyModule_GetDef(module) == def)
+            return module;
+    }
+    return NULL;
+#endif
+}
+
 /* Hash of an address, like CPython's own object hash (which is private). */
 static inline Py_hash_t compat_hash_pointer(const void *ptr)
 {

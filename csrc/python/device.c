@@ -111,7 +111,7 @@ static PyObject *cpu_vectorcall(PyObject *type, PyObject *const *args,
     if (binding_parse_fast(&params, args, PyVectorcall_NARGS(nargsf), kwnames,
                            &id) < 0)
         return NULL;
-    return binding_cpu_from_arg(PyType_GetModuleState((PyTypeObject *)type),
+    return binding_cpu_from_arg(binding_type_state((PyTypeObject *)type),
                                 "CPU", id);
 }
 
@@ -125,7 +125,7 @@ static PyObject *accelerator_vectorcall(PyObject *type, PyObject *const *args,
                            &arg) < 0 ||
         (arg != NULL && binding_parse_device_id("Accelerator", arg, &id) < 0))
         return NULL;
-    return accelerator_object(PyType_GetModuleState((PyTypeObject *)type),
+    return accelerator_object(binding_type_state((PyTypeObject *)type),
                               id == -1 ? 0 : id);
 }
 

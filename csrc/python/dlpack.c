@@ -233,10 +233,12 @@ static void fill_tensor(mxd_dl_tensor *t, BufferObject *b,
 }
 
 /* A capsule over b's elements, described as dtype `as` (the buffer's own,
- * or one of the same size for NumPy); `versioned` chooses DLPack 1.x. */
+ * or one of the same size for NumPy): DLPack 1.`minor`, or the legacy
+ * capsule for a negative `minor`. */
 static PyObject *export_capsule(BufferObject *b, const mxd_dtype_info *as,
-                                bool versioned, uint64_t flags)
+                                int minor, uint64_t flags)
 {
+    bool versioned = minor >= 0;
     int rank = buffer_rank(b);
     export_block *block =
         PyMem_RawMalloc(sizeof *block + 2 * (size_t)rank * sizeof(int64_t));
@@ -248,7 +250,7 @@ static PyObject *export_capsule(BufferObject *b, const mxd_dtype_info *as,
     void *payload;
     if (versioned) {
         mxd_dl_managed_versioned *t = &block->tensor.versioned;
-        t->version = (mxd_dl_version){MXD_DLPACK_MAJOR, MXD_DLPACK_MINOR};
+        t->version = (mxd_dl_version){MXD_DLPACK_MAJOR, (uint32_t)minor};
         t->manager_ctx = block;
         t->deleter = delete_versioned;
         t->flags =
@@ -275,7 +277,7 @@ static PyObject *export_capsule(BufferObject *b, const mxd_dtype_info *as,
 /* ---- Buffer.__dlpack__ -------------------------------------------------- */
 
 typedef struct dlpack_request {
-    bool versioned;
+    int minor;        /* of the DLPack 1.x capsule to export; -1: legacy */
     bool has_stream;  /* a stream other than None */
     long long stream; /* the consumer's stream, when has_stream */
     bool to_host;     /* dl_device=(kDLCPU, 0) asked of a device buffer */
@@ -291,9 +293,11 @@ static int buffer_error(const char *fmt, ...)
     return -1;
 }
 
-static int parse_max_version(PyObject *obj, bool *versioned)
+/* *minor: the DLPack 1.x minor version to export, no newer than the
+ * consumer's max_version and ours; -1 for the legacy capsule. */
+static int parse_max_version(PyObject *obj, int *minor)
 {
-    *versioned = false;
+    *minor = -1;
     if (obj == NULL || obj == Py_None)
         return 0;
     if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) {
@@ -306,7 +310,15 @@ static int parse_max_version(PyObject *obj, bool *versioned)
     long major = PyLong_AsLong(PyTuple_GET_ITEM(obj, 0));
     if (major == -1 && PyErr_Occurred())
         return -1;
-    *versioned = major >= 1;
+    long asked = PyLong_AsLong(PyTuple_GET_ITEM(obj, 1));
+    if (asked == -1 && PyErr_Occurred())
+        return -1;
+    if (major > MXD_DLPACK_MAJOR)
+        *minor = MXD_DLPACK_MINOR;
+    else if (major == MXD_DLPACK_MAJOR)
+        *minor = asked < 0                  ? 0
+                 : asked > MXD_DLPACK_MINOR ? MXD_DLPACK_MINOR
+                                            : (int)asked;
     return 0;
 }
 
@@ -407,7 +419,7 @@ static int parse_dlpack(BufferObject *b, PyObject *const *args,
     const binding_params params = {"__dlpack__", dlpack_names, 4, 0};
     PyObject *argv[4];
     if (binding_parse_fast(&params, args, 0, kwnames, argv) < 0 ||
-        parse_max_version(argv[1], &r->versioned) < 0 ||
+        parse_max_version(argv[1], &r->minor) < 0 ||
         parse_dl_device(b, argv[2], &r->to_host) < 0 ||
         parse_copy(argv[3], &r->copy) < 0 || parse_stream(b, argv[0], r) < 0)
         return -1;
@@ -436,14 +448,14 @@ static int order_consumer(BufferObject *b, const dlpack_request *r)
     return binding_buffer_host_wait(b);
 }
 
-/* The dtype a consumer sees: DLPack 1.0 and older have no float8/6/4
- * codes, and sub-byte padding can only be said in a versioned capsule. */
-static int check_exportable(const mxd_dtype_info *info, bool versioned)
+/* The dtype a consumer sees: the float8/6/4 type codes and sub-byte
+ * padding are DLPack 1.1; older consumers cannot be told them. */
+static int check_exportable(const mxd_dtype_info *info, int minor)
 {
-    if (versioned || info->dlpack_code <= MXD_DL_BOOL)
+    if (minor >= 1 || info->dlpack_code <= MXD_DL_BOOL)
         return 0;
-    return buffer_error("__dlpack__(): %s has no type code in the legacy "
-                        "(unversioned) DLPack ABI; ask for max_version=(1, 1)",
+    return buffer_error("__dlpack__(): %s has no type code before DLPack "
+                        "1.1; ask for max_version=(1, 1)",
                         info->name);
 }
 
@@ -461,7 +473,7 @@ PyObject *binding_buffer_dlpack(PyObject *self, PyObject *const *args,
                             "__dlpack__(): a device buffer can reach the CPU "
                             "only as a copy, and copy=False forbids one"),
                NULL;
-    if (check_exportable(buffer_dtype(b), r.versioned) < 0)
+    if (check_exportable(buffer_dtype(b), r.minor) < 0)
         return NULL;
     if (need_copy) {
         binding_state *st = binding_state_of(self);
@@ -470,20 +482,21 @@ PyObject *binding_buffer_dlpack(PyObject *self, PyObject *const *args,
         if (copy == NULL)
             return NULL;
         PyObject *capsule = export_capsule(as_buffer(copy), buffer_dtype(b),
-                                           r.versioned, MXD_DL_FLAG_IS_COPIED);
+                                           r.minor, MXD_DL_FLAG_IS_COPIED);
         Py_DECREF(copy);
         return capsule;
     }
     if (order_consumer(b, &r) < 0)
         return NULL;
-    PyObject *capsule = export_capsule(b, buffer_dtype(b), r.versioned, 0);
+    PyObject *capsule = export_capsule(b, buffer_dtype(b), r.minor, 0);
     if (capsule != NULL && r.to_host) {
         /* Pinned memory, asked for as CPU memory: the same host bytes. */
+        bool versioned = r.minor >= 0;
         void *payload =
-            PyCapsule_GetPointer(capsule, r.versioned ? VERSIONED : LEGACY);
+            PyCapsule_GetPointer(capsule, versioned ? VERSIONED : LEGACY);
         mxd_dl_tensor *t =
-            r.versioned ? &((mxd_dl_managed_versioned *)payload)->dl_tensor
-                        : &((mxd_dl_managed *)payload)->dl_tensor;
+            versioned ? &((mxd_dl_managed_versioned *)payload)->dl_tensor
+                      : &((mxd_dl_managed *)payload)->dl_tensor;
         t->device = (mxd_dl_device){MXD_DL_CPU, 0};
     }
     return capsule;
@@ -613,20 +626,23 @@ static int tensor_layout(const mxd_dl_tensor *t, int64_t element_size,
     layout->rank = t->ndim;
     layout->element_size = element_size;
     layout->offset = 0;
-    memcpy(layout->shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
-    if (t->strides)
+    /* A 0-d tensor's shape and strides may be NULL. */
+    if (t->ndim > 0)
+        memcpy(layout->shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
+    if (t->ndim > 0 && t->strides)
         memcpy(layout->strides, t->strides, (size_t)t->ndim * sizeof(int64_t));
     else
-        mxd_contiguous_strides(t->ndim, t->shape, layout->strides);
+        mxd_contiguous_strides(t->ndim, layout->shape, layout->strides);
     mxd_error err;
-    if (mxd_shape_size(t->ndim, t->shape, element_size, NULL, NULL, &err) !=
-        MXD_OK) {
+    if (mxd_shape_size(t->ndim, layout->shape, element_size, NULL, NULL,
+                       &err) != MXD_OK) {
         binding_raise(&err);
         return -1;
     }
     int64_t bytes[MXD_MAX_RANK];
     mxd_byte_strides(layout, bytes);
-    if (!mxd_byte_extent(t->ndim, t->shape, bytes, 0, element_size, lo, hi)) {
+    if (!mxd_byte_extent(t->ndim, layout->shape, bytes, 0, element_size, lo,
+                         hi)) {
         buffer_error("from_dlpack(): the tensor's strides address more than "
                      "64 bits");
         return -1;
@@ -786,9 +802,9 @@ static PyObject *ask_capsule(binding_bridge *b, PyObject *obj, PyObject *stream,
     if (capsule == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();
         PyObject *legacy[] = {obj, stream, flag};
-        capsule = PyObject_VectorcallMethod(
-            b->dlpack_name, legacy, 1,
-            copy >= 0 ? b->kw_legacy_copy : b->kw_legacy);
+        capsule = PyObject_VectorcallMethod(b->dlpack_name, legacy, 1,
+                                            copy >= 0 ? b->kw_legacy_copy
+                                                      : b->kw_legacy);
     }
     return capsule;
 }
@@ -798,7 +814,7 @@ static const char *const from_dlpack_names[] = {"obj", "copy"};
 PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames)
 {
-    binding_state *st = PyType_GetModuleState((PyTypeObject *)cls);
+    binding_state *st = binding_type_state((PyTypeObject *)cls);
     if (nargs != 1) {
         PyErr_SetString(PyExc_TypeError,
                         "from_dlpack() takes one positional argument and "
@@ -826,16 +842,27 @@ PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
                         "arrays and Buffers");
         return NULL;
     }
+    if (!PyObject_HasAttr(obj, bridge->dlpack_name)) {
+        PyErr_Format(PyExc_TypeError,
+                     "from_dlpack(): expected a Buffer or an object with "
+                     "__dlpack__ and __dlpack_device__, not %.100s",
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
     long type = 0, id = 0;
     if (parse_device_tuple(obj, &type, &id) < 0)
         return NULL;
     PyObject *target = import_target(st, type, id);
     if (target == NULL)
         return NULL;
+    /* A consumer stream only for device memory: host memory (kDLCPU,
+     * kDLCUDAHost, kDLROCMHost) is asked for with stream=None, which is
+     * all NumPy accepts for the pinned arrays it re-exports. */
     mxd_queue *q = ((QueueObject *)target)->queue;
-    PyObject *stream = mxd_device_is_host(mxd_queue_device(q))
-                           ? Py_NewRef(Py_None)
-                           : PyLong_FromSize_t(mxd_queue_native_handle(q));
+    bool device_memory = type == MXD_DL_CUDA || type == MXD_DL_ROCM;
+    PyObject *stream = device_memory
+                           ? PyLong_FromSize_t(mxd_queue_native_handle(q))
+                           : Py_NewRef(Py_None);
     PyObject *capsule = stream ? ask_capsule(bridge, obj, stream, copy) : NULL;
     Py_XDECREF(stream);
     if (capsule == NULL)
@@ -920,9 +947,9 @@ PyObject *binding_to_numpy(PyObject *self, PyObject *unused)
         BufferObject *h = as_buffer(host);
         mxd_layout layout = binding_buffer_layout(h);
         mxd_memory_retain(h->memory);
-        Py_SETREF(host, binding_buffer_new(binding_view_type(host), h->memory,
-                                           h->stream, carrier, h->usage,
-                                           &layout));
+        Py_SETREF(host,
+                  binding_buffer_new(binding_view_type(host), h->memory,
+                                     h->stream, carrier, h->usage, &layout));
     }
     PyObject *array =
         host ? PyObject_CallOneArg(bridge->from_dlpack, host) : NULL;
@@ -1005,7 +1032,7 @@ static PyObject *numpy_capsule(binding_bridge *b, PyObject *array,
  * export as a legacy capsule). */
 PyObject *binding_from_numpy(PyObject *cls, PyObject *array)
 {
-    binding_state *st = PyType_GetModuleState((PyTypeObject *)cls);
+    binding_state *st = binding_type_state((PyTypeObject *)cls);
     binding_bridge *b = bridge_numpy(st, "Buffer.from_numpy()");
     if (b == NULL)
         return NULL;
@@ -1018,9 +1045,9 @@ PyObject *binding_from_numpy(PyObject *cls, PyObject *array)
     PyObject *np_dtype = PyObject_GetAttr(array, b->dtype_name);
     int index = np_dtype ? numpy_dtype_index(st, np_dtype) : -1;
     Py_XDECREF(np_dtype);
-    PyObject *cpu = index >= 0 ? binding_device_default_queue(
-                                     (DeviceObject *)st->cpu)
-                               : NULL;
+    PyObject *cpu = index >= 0
+                        ? binding_device_default_queue((DeviceObject *)st->cpu)
+                        : NULL;
     if (cpu == NULL)
         return NULL;
     PyObject *carrier = numpy_carrier_name(mxd_dtype_at((size_t)index));

@@ -14,7 +14,7 @@ static PyObject *event_tp_new(PyTypeObject *type, PyObject *args,
                               PyObject *kwargs)
 {
     const binding_params params = {"DeviceEvent", new_names, 2, 1};
-    binding_state *st = PyType_GetModuleState(type);
+    binding_state *st = binding_type_state(type);
     PyObject *argv[2];
     if (binding_parse_tuple(&params, args, kwargs, argv) < 0 ||
         binding_check_type("DeviceEvent", "device", argv[0], st->device_type) <

@@ -262,7 +262,7 @@ static PyModuleDef_Slot module_slots[] = {
     {0, NULL},
 };
 
-static struct PyModuleDef driver_module = {
+PyModuleDef binding_module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "max._core.driver",
     .m_doc = "Devices, queues, events and completion flags: the native part "
@@ -277,5 +277,5 @@ static struct PyModuleDef driver_module = {
 
 PyMODINIT_FUNC PyInit_driver(void)
 {
-    return PyModuleDef_Init(&driver_module);
+    return PyModuleDef_Init(&binding_module_def);
 }

@@ -27,7 +27,7 @@ static PyObject *queue_tp_new(PyTypeObject *type, PyObject *args,
                               PyObject *kwargs)
 {
     const binding_params params = {"DeviceQueue", device_names, 1, 1};
-    binding_state *st = PyType_GetModuleState(type);
+    binding_state *st = binding_type_state(type);
     PyObject *device;
     if (binding_parse_tuple(&params, args, kwargs, &device) < 0 ||
         binding_check_type("DeviceQueue", "device", device, st->device_type) <

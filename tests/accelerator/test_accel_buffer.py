@@ -872,3 +872,16 @@ def test_interpreter_exit_with_pending_copies(run_acc_py):
     assert r.returncode == 0, r.stderr
     assert "EXITING" in r.stdout
     assert "Fatal Python error" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_from_dlpack_of_a_numpy_alias_of_pinned_memory(acc):
+    """NumPy re-exports host memory it imported as pinned (kDLCUDAHost /
+    kDLROCMHost) and accepts only stream=None for it: from_dlpack asks for
+    no consumer stream there."""
+    pinned = DevicePinnedBuffer.zeros((4,), DType.int32, acc)
+    alias = pinned.to_numpy()
+    alias[:] = [1, 2, 3, 4]
+    again = Buffer.from_dlpack(alias)
+    assert again.to_numpy().tolist() == [1, 2, 3, 4]
+    alias[0] = 9
+    assert again[0].item() == 9  # the same bytes, not a copy
