@@ -107,3 +107,32 @@ def wait_until(pred, timeout=WAIT, interval=0.01):
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval)
+
+
+def drain():
+    """Garbage collected, every device synchronized: what was dropped is
+    on its way to being freed."""
+    import gc
+
+    from max import driver
+
+    gc.collect()
+    for i in range(driver.accelerator_count()):
+        driver.Accelerator(i).synchronize(timeout=WAIT)
+    driver.CPU().synchronize(timeout=WAIT)
+    gc.collect()
+
+
+def settled_allocs(fake):
+    """The fake's live device allocation count once pending frees took
+    effect (unchanged for 50 ms after a drain)."""
+    drain()
+    last = fake.live("device_alloc")
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = fake.live("device_alloc")
+        if now == last:
+            return now
+        last = now
+    return last

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 import pytest
-from accel_support import FAKE_LIBRARY, NOT_YET, WAIT, wait_until
+from accel_support import FAKE_LIBRARY, NOT_YET, WAIT, drain, settled_allocs, wait_until
 from buffer_support import host_source, open_later, returns_promptly
 from max.dtype import DType
 
@@ -73,34 +73,12 @@ def violations(fake):
     return v
 
 
-def _drain():
-    gc.collect()
-    for i in range(driver.accelerator_count()):
-        Accelerator(i).synchronize(timeout=WAIT)
-    CPU().synchronize(timeout=WAIT)
-    gc.collect()
-
-
-def _settled_allocs(fake):
-    """The live device allocation count once pending frees took effect."""
-    _drain()
-    last = fake.live("device_alloc")
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-        now = fake.live("device_alloc")
-        if now == last:
-            return now
-        last = now
-    return last
-
-
 # --------------------------------------------------------------------------
 # Device allocations
 
 
 def test_allocations_live_while_used_and_freed_after(acc, aq, fake):
-    base = _settled_allocs(fake)
+    base = settled_allocs(fake)
     buf = Buffer(DType.int8, (N,), acc)
     assert fake.live("device_alloc") == base + 1
     views = [buf[1:], buf[::-2], buf.view(DType.int32), buf.to(aq), buf[3]]
@@ -122,7 +100,7 @@ def test_free_waits_for_the_queue(acc, aq, gate, fake):
     """SPEC §12.3 / §12.7: memory is freed in the order of its queue, after
     every operation that uses it: a buffer dropped while its copy waits
     behind a gate stays allocated until the gate opens."""
-    base = _settled_allocs(fake)
+    base = settled_allocs(fake)
     buf = Buffer(DType.int32, (N,), aq)
     flag = gate(aq)
     buf.inplace_copy_from(Buffer.from_numpy(np.ones(N, np.int32)))
@@ -135,7 +113,7 @@ def test_free_waits_for_the_queue(acc, aq, gate, fake):
 
 
 def test_memory_error_leaves_nothing_allocated(acc, fake):
-    base = _settled_allocs(fake)
+    base = settled_allocs(fake)
     bytes_before = fake.live("device_bytes")
     with pytest.raises(MemoryError):
         Buffer(DType.int8, (acc.stats["total_memory"] + 1,), acc)
@@ -146,7 +124,7 @@ def test_memory_error_leaves_nothing_allocated(acc, fake):
 
 
 def test_injected_allocation_failure_memory_error(acc, api, fake):
-    base = _settled_allocs(fake)
+    base = settled_allocs(fake)
     try:
         for name in ALLOC[api]:
             assert fake.fail(name, 1, 2) == 0
@@ -179,7 +157,7 @@ def test_injected_copy_failure_value_error(acc, api, fake):
 
 
 def test_injected_fill_failure_value_error(acc, api, fake):
-    base = _settled_allocs(fake)
+    base = settled_allocs(fake)
     try:
         for name in MEMSET[api]:
             assert fake.fail(name, 1, 1) == 0
@@ -188,7 +166,7 @@ def test_injected_fill_failure_value_error(acc, api, fake):
     finally:
         fake.lib.fake_gpu_reset()
     assert ERROR_NAME[api, 1] in str(exc.value), str(exc.value)
-    assert _settled_allocs(fake) == base  # the failed call freed its memory
+    assert settled_allocs(fake) == base  # the failed call freed its memory
 
 
 # --------------------------------------------------------------------------
@@ -257,7 +235,7 @@ def test_no_rule_violations_in_a_buffer_workload(acc, aq, gate, fake, violations
     assert np.array_equal(d2d.to_numpy(), np.arange(N))
     assert np.array_equal(strided.to_numpy(), np.arange(N)[::-2])
     del dst, pinned, d2d, strided, staging
-    _drain()
+    drain()
     assert violations.count() == 0, violations.all()
 
 
@@ -277,7 +255,7 @@ def test_no_violations_while_a_gated_queue_holds_the_device(acc, aq, gate, viola
     acc.default_queue.synchronize(timeout=WAIT)
     assert time.monotonic() - start < 5.0
     flag.signal(1)
-    _drain()
+    drain()
     assert violations.count() == 0, violations.all()
 
 
@@ -285,7 +263,7 @@ def test_free_waits_for_every_queue_it_was_handed_to(acc, gate, fake):
     """SPEC §12.7: the free waits for the work of every queue the memory was
     handed to (Buffer.to(stream)), however many: here the gated one is the
     first of 80."""
-    base = _settled_allocs(fake)
+    base = settled_allocs(fake)
     buf = Buffer(DType.int32, (N,), acc)
     first = DeviceQueue(acc)
     flag = gate(first)
@@ -314,7 +292,7 @@ def test_pending_copy_behind_a_gate_then_dropped(acc, aq, gate, violations):
     gc.collect()
     open_later(flag)
     assert view.to_numpy().tolist() == [0, 1, 2, 3]
-    _drain()
+    drain()
     assert violations.count() == 0, violations.all()
 
 
