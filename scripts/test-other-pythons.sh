@@ -44,6 +44,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 #   test_typing.py       mypy, a static check of the stub
 #   test_notebook.py     needs the Jupyter stack; runs on the default only
 #   test_gpu_tooling.py  tooling for scripts/gpu-check.sh (CUDA machines)
+#   test_dlpack_jax.py   JAX as a second DLPack peer (a 100 MB jaxlib per
+#                        interpreter); NumPy's DLPack tests run everywhere
 IGNORED=(
     tests/test_core_stress.py
     tests/test_pytest_plugin.py
@@ -51,10 +53,13 @@ IGNORED=(
     tests/test_typing.py
     tests/test_notebook.py
     tests/test_gpu_tooling.py
+    tests/test_dlpack_jax.py
 )
-# What the kept tests need (the test extra's runner part, and setuptools,
-# which venvs of Python >= 3.12 no longer include, for setup.py).
-REQUIREMENTS=("pytest>=7" "hypothesis>=6" "pytest-timeout>=2" "setuptools>=64")
+# What the kept tests need: the test extra's runner part, NumPy and
+# ml_dtypes (the oracles of the Buffer, DType and DLPack tests), and
+# setuptools, which venvs of Python >= 3.12 no longer include, for setup.py.
+REQUIREMENTS=("pytest>=7" "hypothesis>=6" "pytest-timeout>=2" "numpy>=1.24"
+    "ml_dtypes>=0.5" "setuptools>=64")
 MIN_MINOR=10
 
 # "implementation X.Y X.Y.Z real-path has-headers new-enough" of an

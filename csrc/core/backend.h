@@ -142,6 +142,11 @@ struct mxd_backend {
      * backend_data set; `bytes` is at least 1. */
     mxd_status (*memory_alloc)(mxd_queue *q, int64_t bytes, bool pinned,
                                mxd_memory **out, mxd_error *err);
+    /* Optional (GPUs): the device address of page-locked host memory
+     * mapped into dev (someone else's: DLPack's CUDA-host / ROCm-host);
+     * fails when the driver does not know the memory as mapped. */
+    mxd_status (*host_device_ptr)(const mxd_device *dev, void *host,
+                                  uintptr_t *out, mxd_error *err);
     /* At the last release: frees (or releases foreign) memory once its
      * owner queue and every user queue have passed the work using it, and
      * frees the object.  Must not block or call the driver on the calling

@@ -64,13 +64,22 @@ mxd_status mxd_memory_wrap(mxd_queue *q, const mxd_foreign *foreign,
     if (foreign->size < 0)
         return mxd_fail(err, MXD_INVALID, "foreign memory of %lld bytes",
                         (long long)foreign->size);
+    /* Mapped host memory has a device address of its own where the
+     * driver says so (not every system maps it at the host address). */
+    uintptr_t device_ptr =
+        foreign->device_ptr ? foreign->device_ptr : (uintptr_t)foreign->host;
+    if (foreign->pinned && !foreign->device_ptr && q->ops->host_device_ptr) {
+        st =
+            q->ops->host_device_ptr(q->device, foreign->host, &device_ptr, err);
+        if (st != MXD_OK)
+            return st;
+    }
     mxd_memory *m = calloc(1, sizeof *m);
     if (!m)
         return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
     init_generic(m, q, MXD_MEMORY_FOREIGN, foreign->size);
     m->host = foreign->host;
-    m->device_ptr =
-        foreign->device_ptr ? foreign->device_ptr : (uintptr_t)foreign->host;
+    m->device_ptr = device_ptr;
     m->pinned = foreign->pinned;
     m->readonly = foreign->readonly;
     m->release = foreign->release;

@@ -53,7 +53,8 @@ mxd_status mxd_memory_alloc(mxd_queue *q, int64_t bytes, bool pinned,
 /* Someone else's memory, used on q's device and owned by q. */
 typedef struct mxd_foreign {
     void *host;           /* host address, or NULL for device memory */
-    uintptr_t device_ptr; /* device address (0 for CPU memory) */
+    uintptr_t device_ptr; /* device address; 0 for host memory (pinned:
+                             the driver's mapping of it) */
     int64_t size;
     bool pinned;   /* host memory mapped into the accelerator */
     bool readonly; /* nothing of ours may write it */

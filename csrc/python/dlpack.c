@@ -277,9 +277,13 @@ static PyObject *export_capsule(BufferObject *b, const mxd_dtype_info *as,
 /* ---- Buffer.__dlpack__ -------------------------------------------------- */
 
 typedef struct dlpack_request {
-    int minor;        /* of the DLPack 1.x capsule to export; -1: legacy */
-    bool has_stream;  /* a stream other than None */
-    long long stream; /* the consumer's stream, when has_stream */
+    int minor; /* of the DLPack 1.x capsule to export; -1: legacy */
+    enum {
+        ORDER_ON_HOST,    /* stream=None: the host waits for the queue */
+        ORDER_NONE,       /* stream=-1: the consumer orders its own work */
+        ORDER_ON_CONSUMER /* a stream: it waits for the queue, the host not */
+    } order;
+    long long stream; /* the consumer's stream, with ORDER_ON_CONSUMER */
     bool to_host;     /* dl_device=(kDLCPU, 0) asked of a device buffer */
     int copy;         /* -1: None, 0: False, 1: True */
 } dlpack_request;
@@ -371,7 +375,7 @@ static int parse_copy(PyObject *obj, int *copy)
  * values that name a consumer stream. */
 static int parse_stream(BufferObject *b, PyObject *obj, dlpack_request *r)
 {
-    r->has_stream = false;
+    r->order = ORDER_ON_HOST;
     if (obj == NULL || obj == Py_None)
         return 0;
     if (!PyLong_Check(obj) || PyBool_Check(obj)) {
@@ -387,8 +391,10 @@ static int parse_stream(BufferObject *b, PyObject *obj, dlpack_request *r)
         return -1;
     mxd_device *dev = mxd_memory_device(b->memory);
     const char *api = mxd_device_api(dev);
-    if (!overflow && value == -1)
-        return 0; /* no ordering asked */
+    if (!overflow && value == -1) {
+        r->order = ORDER_NONE;
+        return 0;
+    }
     if (mxd_device_is_host(dev))
         return buffer_error("__dlpack__(): a CPU buffer takes stream=None or "
                             "-1, not %R",
@@ -400,7 +406,7 @@ static int parse_stream(BufferObject *b, PyObject *obj, dlpack_request *r)
         return buffer_error("__dlpack__(): %R is not a stream on %s (use "
                             "None, -1, %s or a stream handle)",
                             obj, api, cuda ? "1, 2" : "0");
-    r->has_stream = true;
+    r->order = ORDER_ON_CONSUMER;
     r->stream = value;
     return 0;
 }
@@ -428,10 +434,12 @@ static int parse_dlpack(BufferObject *b, PyObject *const *args,
 
 /* Orders the consumer's work after the buffer's queue: its stream waits
  * for an event (no host block), or with stream=None the host waits
- * (except for pinned memory, SPEC §12.6). */
+ * (except for pinned memory, SPEC §12.6); stream=-1 orders nothing. */
 static int order_consumer(BufferObject *b, const dlpack_request *r)
 {
-    if (r->has_stream) {
+    if (r->order == ORDER_NONE)
+        return 0;
+    if (r->order == ORDER_ON_CONSUMER) {
         mxd_queue *q = binding_buffer_queue(b);
         mxd_error err;
         mxd_status status;
@@ -476,9 +484,15 @@ PyObject *binding_buffer_dlpack(PyObject *self, PyObject *const *args,
     if (check_exportable(buffer_dtype(b), r.minor) < 0)
         return NULL;
     if (need_copy) {
+        /* As the array API: on the device __dlpack_device__ names unless
+         * dl_device asks for the CPU; host memory (pinned included) is
+         * copied into CPU memory, which every consumer of it can read. */
         binding_state *st = binding_state_of(self);
-        PyObject *cpu = binding_device_default_queue((DeviceObject *)st->cpu);
-        PyObject *copy = cpu ? binding_buffer_copy_to(self, cpu) : NULL;
+        PyObject *target =
+            r.to_host || host_memory
+                ? binding_device_default_queue((DeviceObject *)st->cpu)
+                : b->stream;
+        PyObject *copy = target ? binding_buffer_copy_to(self, target) : NULL;
         if (copy == NULL)
             return NULL;
         PyObject *capsule = export_capsule(as_buffer(copy), buffer_dtype(b),
