@@ -49,6 +49,27 @@ host function after the wait.  Failures shrink to a minimal program, printed
 (resolved) by ``note``; e.g. ignoring ``wait_for(event)`` shrinks to
 ``queue; host(q1, slow); record(q1); wait_for(q0, event); host(q0)``.
 
+Buffers (SPEC §12, ``model_buffers.py``): programs also allocate buffers
+on queues (pageable CPU memory; with an accelerator also pinned and device
+memory of it and device memory of a second one), copy between them and
+between contiguous views of them (staged from pageable memory, complete
+into it, enqueued between accelerators' memory, peer copies included),
+fill (``Buffer.zeros``), write and read elements from the host, rebind them
+to other queues, take NumPy aliases that host functions read and write, and
+drop them.  The model knows the value of every element: programs are kept
+race-free (an access is only issued when every conflicting earlier one is
+among its happens-before ancestors), so each read must see exactly the last
+value written before it in program order.  Host functions check what they
+read through aliases, host reads what they return, and once everything is
+done one surviving reference of every allocation is read back.  Host points
+(``Model.host_point``) are the issuing thread's moments after its waits:
+everything enqueued later runs after them.  Copies and host functions
+placed around a copy on its queues (slow, held) make a copy that runs too
+early, or a missing edge of its join, show in the data; fixed programs
+(``test_fixed_buffer_programs``) do so deterministically, e.g. a copy into
+a buffer whose queue is held while the destination's old contents are read
+there, and the source's queue reading the copied values afterwards.
+
 The same model runs against the fake GPU driver (CUDA and HIP) in a child
 pytest with ``MAX_DRIVER_MODEL_DEVICE=gpu``.  ``MAX_DRIVER_MODEL_EXAMPLES``
 raises the number of programs (soak runs); the figures are printed by the
@@ -71,6 +92,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
+from model_buffers import (
+    BUFFER_KINDS,
+    BufferCompiler,
+    BufferRunner,
+    aux_devices,
+    aux_queue,
+    host_accesses,
+)
 
 from max import driver
 from max.driver import CPU, CompletionFlag, DeviceEvent, DeviceQueue
@@ -83,12 +112,14 @@ ENQ_ASYNC = "__unsafe_enqueue_async_py_host_func"
 U64 = 2**64 - 1
 
 DEVICE_KIND = os.environ.get("MAX_DRIVER_MODEL_DEVICE", "cpu")
+# Buffers on a second accelerator (peer copies) in the accelerator variant.
+SECOND_GPU = DEVICE_KIND == "gpu" and driver.accelerator_count() > 1
 EXAMPLES = int(os.environ.get("MAX_DRIVER_MODEL_EXAMPLES", "150"))
 # A synchronize the model says completes; also the final one (a deadlock).
 WAIT = 15.0
 # Extra (model) queues per program, besides the default queue.
 MAX_QUEUES = 4
-MAX_OPS = 40
+MAX_OPS = 56
 
 
 # --------------------------------------------------------------------------
@@ -97,7 +128,9 @@ MAX_OPS = 40
 
 @dataclass
 class Node:
-    kind: str  # host | async | sig | asig | gate | wait | kick
+    # host | async | sig | asig | gate | wait | kick, and for buffers
+    # point (a host point) | fill | copy
+    kind: str
     preds: list
     label: tuple | None = None  # what the log shows for observable nodes
     queue: int | None = None
@@ -112,13 +145,24 @@ class Model:
     def __init__(self):
         self.nodes: list[Node] = []
         self.by_label: dict = {}
+        # The last host point: a moment of the issuing thread after which
+        # everything enqueued runs (SPEC §12.6: a host read returns after
+        # its waits, and later work is enqueued after it returned).
+        self.frontier = None
 
     def add(self, kind, preds, label=None, queue=None):
         n = len(self.nodes)
-        self.nodes.append(Node(kind, [p for p in preds if p is not None], label, queue))
+        preds = [p for p in [*preds, self.frontier] if p is not None]
+        self.nodes.append(Node(kind, preds, label, queue))
         if label is not None:
             self.by_label[label] = n
         return n
+
+    def host_point(self, preds):
+        """The issuing thread, once it waited for ``preds``; every node
+        added later runs after it."""
+        self.frontier = self.add("point", preds)
+        return self.frontier
 
     def ancestors(self, n, memo=None):
         """Every node that must complete before ``n`` (``n`` excluded)."""
@@ -175,6 +219,7 @@ KINDS = (
     + ["wait_dev", "event", "signal", "async",
     "gate_async", "sync_q", "sync_ev", "sync_dev", "is_ready", "drop_q",
     "drop_ev", "drop_flag", "burst", "queue"]
+    + BUFFER_KINDS
 )  # fmt: skip
 
 raw_op = st.tuples(
@@ -194,8 +239,10 @@ def raw_programs(draw):
     lists stay short on average) and a failing program still shrinks to a
     short one."""
     n_queues = draw(st.integers(0, MAX_QUEUES))
+    n_bufs = draw(st.integers(0, 3))
     n_ops = draw(st.integers(0, MAX_OPS))
-    return n_queues, [draw(raw_op) for _ in range(n_ops)]
+    bufs = [("buf", *draw(raw_op)[1:]) for _ in range(n_bufs)]
+    return n_queues, bufs + [draw(raw_op) for _ in range(n_ops)]
 
 
 @dataclass
@@ -219,6 +266,8 @@ class Plan:
     async_flags: dict = field(default_factory=dict)  # aid -> value
     end_signals: list = field(default_factory=list)  # fids the end signals
     n_holds: int = 0  # host functions held until the end of the program
+    buffers: BufferCompiler | None = None  # buffers, views, aliases
+    final_buffers: list = field(default_factory=list)  # checked at the end
 
     def describe(self):
         lines = [str(op) for op in self.ops]
@@ -226,6 +275,8 @@ class Plan:
             f"end: release {self.n_holds} held host functions, signal flags "
             f"{self.end_signals} from the main thread"
         )
+        if self.final_buffers:
+            lines.append(f"then read {self.final_buffers} (what, id, values)")
         return "\n".join(lines)
 
 
@@ -249,6 +300,9 @@ def compile_program(raw) -> Plan:
     n_f = 0
     live_a, async_sig = [], {}
     unassigned = []  # gate flags without a signaller, in creation order
+    bufs = plan.buffers = BufferCompiler(
+        m, plan, last, live_q, Op, DEVICE_KIND == "gpu", SECOND_GPU
+    )
 
     def push(q, kind, extra=(), label=None):
         n = m.add(kind, [last[q], *extra], label, q)
@@ -417,7 +471,9 @@ def compile_program(raw) -> Plan:
                 q = _pick(live_q, a)
                 targets, args = [last[q]], {"q": q}
             elif kind == "sync_dev":
-                targets, args = list(last.values()), {}
+                # The model device's queues (ints; buffers add others).
+                targets = [n for q, n in last.items() if isinstance(q, int)]
+                args = {}
             else:
                 if not live_e:
                     continue
@@ -468,6 +524,9 @@ def compile_program(raw) -> Plan:
                     push(q, "host", label=("H", hid))
                 plan.n_host += count
             op = Op("burst", thread, {"qa": qa, "qb": qb, "ids": ids})
+        elif kind in BUFFER_KINDS:
+            plan.ops += bufs.compile(kind, thread, a, b, c)
+            continue
         else:  # pragma: no cover
             raise AssertionError(kind)
         plan.ops.append(op)
@@ -475,6 +534,7 @@ def compile_program(raw) -> Plan:
     # Before the end signals nothing doomed may have run.
     plan.ops.append(Op("checkpoint", 0, {"_must_not": m.doomed_observable()}))
     plan.end_signals = list(unassigned)
+    plan.final_buffers = bufs.final_checks()
     for node in m.nodes:
         if node.kind == "sig" and node.signaller is None:
             node.signaller = "end"
@@ -565,6 +625,12 @@ FIGURES = {
     "of them expected to time out": 0,
     "gated or held host functions": 0,
     "max nodes in one program": 0,
+    "buffers": 0,
+    "copies": 0,
+    "staged copies": 0,
+    "enqueued copies": 0,
+    "complete copies": 0,
+    "buffer elements checked": 0,
 }
 _figures_lock = threading.Lock()
 
@@ -586,6 +652,14 @@ class Runner:
         self.threads = []
         self.violations = []
         self.holds = [threading.Event() for _ in range(plan.n_holds)]
+        self.buffers = BufferRunner(self.queue, _count)
+
+    def queue(self, key):
+        """The queue of a model key (created at first use for the
+        auxiliary queues of buffers)."""
+        if key not in self.queues and isinstance(key, str):
+            self.queues[key] = aux_queue(key)
+        return self.queues[key]
 
     # Host functions ----------------------------------------------------
     def _flag_for(self, label):
@@ -594,10 +668,17 @@ class Runner:
             return self._all_flags[("S", ident)], self.plan.gate_flags[ident][0]
         return self._all_flags[("AS", ident)], self.plan.async_flags[ident]
 
-    def host_fn(self, hid, sleep=False, observe=None, signals=None, hold=None):
+    def host_fn(
+        self, hid, sleep=False, observe=None, signals=None, hold=None, reads=None,
+        writes=None,
+    ):  # fmt: skip
         log = self.log
         held = self.holds[hold] if hold is not None else None
         obs = self._flag_for(observe) if observe else None
+        access = None
+        if reads or writes:
+            access, checked = host_accesses(self.buffers.aliases, reads, writes)
+            _count("buffer elements checked", checked)
         sig = None
         if signals is not None:
             value, wrongs = self.plan.gate_flags[signals]
@@ -613,6 +694,8 @@ class Runner:
                 got = obs[0].load()
                 if got != obs[1]:
                     bad = f"flag {observe} == {got}, expected {obs[1]}"
+            if access is not None:
+                bad = access() or bad
             log.append(("H", hid, bad))
             if sig is not None:
                 flag, fid, value, wrongs = sig
@@ -640,10 +723,13 @@ class Runner:
         qs = self.queues
         if k == "host":
             fn = self.host_fn(
-                a["id"], a["sleep"], a.get("observe"), a.get("signals"), a.get("hold")
-            )
-            target = self.dev if a["via_device"] and a["q"] == 0 else qs[a["q"]]
+                a["id"], a["sleep"], a.get("observe"), a.get("signals"), a.get("hold"),
+                a.get("reads"), a.get("writes"),
+            )  # fmt: skip
+            target = self.dev if a["via_device"] and a["q"] == 0 else self.queue(a["q"])
             getattr(target, ENQ)(fn)
+        elif k in BUFFER_KINDS:
+            self.buffers.run(op)
         elif k == "queue":
             qs[a["q"]] = DeviceQueue(self.dev)
         elif k == "record":
@@ -830,6 +916,7 @@ class Runner:
             self._signal(fid, self.flags[fid])
         # Drop every reference the program still holds: work must still run.
         self.queues = {0: self.dev.default_queue}
+        final = self.buffers.clear(self.plan.final_buffers)
         self.events.clear()
         self.flags.clear()
         self.async_flags.clear()
@@ -838,6 +925,8 @@ class Runner:
             t.join(WAIT)
         try:
             self.dev.synchronize(timeout=WAIT)
+            for dev in aux_devices(DEVICE_KIND == "gpu", SECOND_GPU):
+                dev.synchronize(timeout=WAIT)
         except TimeoutError:
             self.violations.append("deadlock: final device.synchronize timed out")
         else:
@@ -850,6 +939,7 @@ class Runner:
             self.violations += check_present(
                 self.plan, list(self.log), queue_work, "final device.synchronize"
             )
+            self.buffers.check_final(final)
         # Async host functions run on the CPU pool, outside the queues.
         want = self.plan.n_host + self.plan.n_async
         deadline = time.monotonic() + WAIT
@@ -858,7 +948,9 @@ class Runner:
                 break
             time.sleep(0.001)
         time.sleep(0.002)  # let a duplicate run, if any, show up
-        return self.violations + check(self.plan, list(self.log))
+        return (
+            self.violations + self.buffers.violations + check(self.plan, list(self.log))
+        )
 
 
 def run_program(raw, device):
@@ -1024,6 +1116,134 @@ def test_compiled_programs_have_no_cycles():
 
 
 # --------------------------------------------------------------------------
+# Buffers: the compiled model is exact, and known bugs show in the data
+
+
+def test_compiled_buffer_accesses_are_race_free():
+    """Every two accesses of an element, one of them a write, are ordered
+    by the model (the earlier one an ancestor of the later one), so what
+    each read must see is exact."""
+
+    @settings(max_examples=500, deadline=None, database=None)
+    @given(raw_programs())
+    def inner(raw):
+        plan = compile_program(raw)
+        m, memo, seen = plan.model, {}, {}
+        for sid, i, node, write in plan.buffers.accesses:
+            for prior, prior_write in seen.get((sid, i), []):
+                if (write or prior_write) and prior != node:
+                    assert prior in m.ancestors(node, memo), (sid, i, prior, node)
+            seen.setdefault((sid, i), []).append((node, write))
+
+    inner()
+
+
+# (kind, a, b, c) of _program; the comments say what each resolves to.
+# Pageable (CPU) memory: a copy into a buffer whose queue is held.
+CPU_COPY_INTO_HELD = _program(
+    ("queue", 0, 0, 0),  # queue 1
+    ("buf", 0, 0, 8),  # b0: 3 fresh values on queue 0 (from NumPy: alias 0)
+    ("buf", 1, 0, 0),  # b1: 2 zeros on queue 1
+    # Held on queue 0: alias 0 still holds the fresh values; then
+    # b0[0:2] <- b1 (staged: queue 0 is held); then on queue 1, which
+    # joined the copy: alias 0 holds the copied zeros.
+    ("copy", 0, 0, (4 | 8) << 8),
+)
+# Accelerator memory: pinned (b0, an alias) and device memory of the model
+# accelerator and device memory of the second one.
+GPU_PROGRAMS = {
+    # b0[0:2] <- b1 (device, queue 1) waits for held work on b0's queue.
+    "copy_waits_for_destination_queue": _program(
+        ("queue", 0, 0, 0),  # queue 1
+        ("buf", 0, 2, 8),  # b0: pinned, 3 fresh values, queue 0, alias 0
+        ("buf", 1, 1, 8),  # b1: device, 3 fresh values uploaded on queue 1
+        # Held on queue 0, reading alias 0; then the copy (enqueued).
+        ("copy", 0, 0, 4 << 8),
+    ),
+    # b0 <- b1 (device, queue 1) behind held work on queue 1: queue 0 (b0's)
+    # waits for the copy afterwards.
+    "destination_queue_waits_for_copy": _program(
+        ("queue", 0, 0, 0),  # queue 1
+        ("buf", 0, 2, 8),  # b0: pinned, 3 fresh values, queue 0, alias 0
+        ("buf", 1, 1, 8),  # b1: device, 3 fresh values uploaded on queue 1
+        # Held on queue 1 (reading alias 0), the copy, then on queue 0
+        # reading alias 0.
+        ("copy", 0, 0, (1 | 4 | 8) << 8),
+    ),
+    # SPEC §12.6 joins the source's queue also for a pageable source: the
+    # CPU queue's later host function reads the copied values.
+    "pageable_source_queue_joins_the_copy": _program(
+        ("buf", 0, 2, 8),  # b0: pinned, 3 fresh values, queue 0, alias 0
+        ("buf", 0, 0, 8),  # b1: CPU, 3 fresh values (NumPy, queue c0, alias 1)
+        # Held on queue 0 (reading alias 0), b0 <- b1 (staged), then on
+        # queue c0 reading alias 0.
+        ("copy", 0, 0, (4 | 8) << 8),
+    ),
+    # SPEC §12.5/12.6: a host write of device memory waits for its own
+    # queue only, not for a held host function on the CPU's default queue.
+    "device_host_write_waits_for_its_queue_only": _program(
+        ("buf", 0, 1, 0),  # b0: device, 2 zeros, queue 0
+        ("buf", 0, 0, 8),  # b1: CPU, 3 fresh values (NumPy, queue c0, alias 0)
+        ("hread", 1, 0, 16),  # held on queue c0, reading alias 0
+        ("bwrite", 0, 0, 0),  # b0[0] = v
+    ),
+    # b1 (second accelerator) <- b0 (pinned) waits for a held host
+    # function on b0's queue that writes b0 through its alias.
+    "peer_copy_waits_for_source_queue": _program(
+        ("buf", 0, 2, 8),  # b0: pinned, 3 fresh values, queue 0, alias 0
+        ("buf", 0, 3, 8),  # b1: device memory of accelerator 1 (queue g0)
+        # Held on queue 0, writing b0[0]; then b1 <- b0 (enqueued).
+        ("copy", 0, 1, (1 | 4) << 8),
+    ),
+}
+
+
+def _resolved(raw):
+    plan = compile_program(raw)
+    return plan, [(op.kind, op.args) for op in plan.ops]
+
+
+@pytest.mark.skipif(DEVICE_KIND != "cpu", reason="resolves CPU buffers")
+def test_buffer_model_follows_spec_12_6():
+    """A staged copy: what the host functions around it must read, and the
+    final contents."""
+    plan, ops = _resolved(CPU_COPY_INTO_HELD)
+    kinds = [k for k, _ in ops]
+    assert kinds == ["queue", "buf", "buf", "host", "copy", "host", "checkpoint"]
+    fresh = ops[1][1]["values"]
+    before, copy, after = ops[3][1], ops[4][1], ops[5][1]
+    assert (before["q"], "hold" in before, before["reads"]) == (0, True, [(0, fresh)])
+    assert copy == {"dst": 0, "src": 1, "dv": [0, 2], "sv": None, "mode": "staged"}
+    assert (after["q"], after["reads"]) == (1, [(0, [0, 0, fresh[2]])])
+    assert ("b", 0, [0, 0, fresh[2]]) in plan.final_buffers
+    # The host function on queue 1 runs after the held one (the join).
+    m = plan.model
+    assert m.by_label[("H", 0)] in m.ancestors(m.by_label[("H", 1)])
+
+
+def _fixed_programs():
+    if DEVICE_KIND == "cpu":
+        return {"cpu_copy_into_held_queue": CPU_COPY_INTO_HELD}
+    return GPU_PROGRAMS if SECOND_GPU else {}
+
+
+@pytest.mark.parametrize("name", sorted(_fixed_programs()))
+def test_fixed_buffer_programs(name):
+    """Programs that a copy running before the work it must wait for, or a
+    missing join, fail deterministically (through the data, not timing)."""
+    raw = _fixed_programs()[name]
+    plan = compile_program(raw)
+    # Resolved as the comments say: a held host function around the
+    # buffer operation, reading or writing through an alias.
+    assert any(op.kind in ("copy", "bwrite") for op in plan.ops), plan.describe()
+    assert any("reads" in op.args and "hold" in op.args for op in plan.ops) or any(
+        "writes" in op.args for op in plan.ops
+    ), plan.describe()
+    violations = Runner(plan, model_device()).run()
+    assert not violations, "\n".join([*violations, plan.describe()])
+
+
+# --------------------------------------------------------------------------
 # Fake GPU driver (CUDA and HIP), in a child pytest
 
 
@@ -1069,16 +1289,23 @@ def test_model_on_fake_gpu(fake_lib, api):
     env[f"MAX_DRIVER_{api.upper()}_LIBRARY"] = str(fake_lib)
     env["MAX_DRIVER_MODEL_DEVICE"] = "gpu"
     env["MAX_DRIVER_MODEL_EXAMPLES"] = str(max(1, EXAMPLES * 4 // 15))
-    r = subprocess.run(
-        [
-            sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
-            "-s", "-k", "test_random_programs or test_model_figures",
-        ],
-        capture_output=True, text=True, timeout=280, env=env, cwd=REPO_ROOT,
-    )  # fmt: skip
+    try:
+        r = subprocess.run(
+            [
+                sys.executable, "-m", "pytest", __file__, "-q", "-p",
+                "no:cacheprovider", "-s", "-k",
+                "test_fixed_buffer_programs or test_random_programs or "
+                "test_model_figures",
+            ],
+            capture_output=True, text=True, timeout=280, env=env, cwd=REPO_ROOT,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as e:  # say what it was doing
+        so_far = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout
+        pytest.fail(f"the child run timed out; its output so far:\n{so_far}")
     out = f"--- rc={r.returncode}\n{r.stdout}\n--- stderr:\n{r.stderr}"
     assert r.returncode == 0, out
-    assert "2 passed" in r.stdout, out
+    # The random programs, the figures and the fixed buffer programs.
+    assert f"{2 + len(GPU_PROGRAMS)} passed" in r.stdout, out
     found = FIGURES_RE.findall(r.stdout)
     assert found, out
     assert found[-1].startswith(f"device={api} "), out
