@@ -24,12 +24,13 @@
 #define POLL_SLICE_NS (20 * MXD_MS)
 
 typedef enum item_kind {
-    ITEM_HOST,       /* a user host function */
-    ITEM_WAIT_POINT, /* wait until another timeline reaches a ticket */
-    ITEM_WAIT_VALUE, /* wait until a flag holds a value */
-    ITEM_STAMP,      /* write the time into a timing stamp */
-    ITEM_KICKOFF,    /* reset a flag, hand a host function to the pool */
-    ITEM_TRANSFER,   /* write a buffer: a staged copy or a fill */
+    ITEM_HOST,         /* a user host function */
+    ITEM_WAIT_POINT,   /* wait until another timeline reaches a ticket */
+    ITEM_WAIT_VALUE,   /* wait until a flag holds a value */
+    ITEM_WAIT_FOREIGN, /* wait for an accelerator's event (a copy's join) */
+    ITEM_STAMP,        /* write the time into a timing stamp */
+    ITEM_KICKOFF,      /* reset a flag, hand a host function to the pool */
+    ITEM_TRANSFER,     /* write a buffer: a staged copy or a fill */
 } item_kind;
 
 typedef struct cpu_queue cpu_queue;
@@ -42,6 +43,12 @@ typedef struct cpu_stamp {
     atomic_long refs;
     int64_t ns;
 } cpu_stamp;
+
+/* An event of another backend's queue, which this queue waits for. */
+typedef struct cpu_foreign_wait {
+    mxd_event_storage storage;
+    mxd_event *event;
+} cpu_foreign_wait;
 
 typedef struct cpu_item {
     struct cpu_item *next;
@@ -59,6 +66,7 @@ typedef struct cpu_item {
         } wait;
         cpu_stamp *stamp;
         cpu_transfer *transfer;
+        cpu_foreign_wait *foreign;
         struct {
             mxd_job job; /* the item itself becomes the pool job */
             mxd_host_fn fn;
@@ -190,6 +198,16 @@ static void run_item(cpu_item *item)
         mxd_park(&item->u.wait.flag->changed, value_arg_reached, &arg, NULL,
                  FLAG_RECHECK_NS, NULL);
         mxd_flag_release(item->u.wait.flag);
+        break;
+    }
+    case ITEM_WAIT_FOREIGN: {
+        /* On a pool thread, never a driver's callback thread: the other
+         * backend's blocking wait is allowed here.  A failure (the device's
+         * error) only ends the wait: that queue reports it. */
+        mxd_error ignored;
+        mxd_event_synchronize(item->u.foreign->event, NULL, &ignored);
+        mxd_event_fini(item->u.foreign->event);
+        free(item->u.foreign);
         break;
     }
     case ITEM_STAMP:
@@ -440,6 +458,34 @@ static mxd_status cpu_queue_wait_value(mxd_queue *base, mxd_flag *flag,
     if (st != MXD_OK) {
         mxd_flag_release(flag);
         free(item);
+    }
+    return st;
+}
+
+static mxd_status cpu_queue_wait_foreign(mxd_queue *q, mxd_queue *other,
+                                         mxd_error *err)
+{
+    cpu_foreign_wait *w = malloc(sizeof *w);
+    if (!w)
+        return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
+    mxd_status st =
+        mxd_event_init(&w->storage, other->device, false, &w->event, err);
+    if (st != MXD_OK) {
+        free(w);
+        return st;
+    }
+    cpu_item *item = NULL;
+    st = mxd_queue_record(other, w->event, err);
+    if (st == MXD_OK && !(item = item_new(ITEM_WAIT_FOREIGN, err)))
+        st = MXD_NO_MEMORY;
+    if (st == MXD_OK) {
+        item->u.foreign = w;
+        st = enqueue(as_cpu_queue(q), item, err);
+    }
+    if (st != MXD_OK) {
+        free(item);
+        mxd_event_fini(w->event);
+        free(w);
     }
     return st;
 }
@@ -771,6 +817,7 @@ const mxd_backend mxd_cpu_backend = {
     .queue_synchronize = cpu_queue_synchronize,
     .queue_wait_queue = cpu_queue_wait_queue,
     .queue_wait_event = cpu_queue_wait_event,
+    .queue_wait_foreign = cpu_queue_wait_foreign,
     .queue_wait_value = cpu_queue_wait_value,
     .queue_host_fn = cpu_queue_host_fn,
     .queue_async_kickoff = cpu_queue_async_kickoff,

@@ -112,6 +112,10 @@ struct mxd_backend {
                                     mxd_error *err);
     mxd_status (*queue_wait_queue)(mxd_queue *q, mxd_queue *other,
                                    mxd_error *err);
+    /* Optional (the CPU backend): as queue_wait_queue for a queue of
+     * another backend (see mxd_queue_join). */
+    mxd_status (*queue_wait_foreign)(mxd_queue *q, mxd_queue *other,
+                                     mxd_error *err);
     mxd_status (*queue_wait_event)(mxd_queue *q, mxd_event *ev, mxd_error *err);
     mxd_status (*queue_wait_value)(mxd_queue *q, mxd_flag *flag, uint64_t value,
                                    mxd_error *err);

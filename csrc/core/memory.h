@@ -109,6 +109,13 @@ mxd_status mxd_packed_plan(const mxd_layout *v, bool gather,
 mxd_status mxd_copy(const mxd_view *dst, const mxd_view *src,
                     const mxd_wait *wait, mxd_error *err);
 
+/* Work enqueued on q afterwards waits for the work on `other` so far, also
+ * when the two are of different backends (a CPU queue after an
+ * accelerator's): how a copy joins its queues (SPEC §12.6).  Users cannot
+ * ask for this across backends (mxd_queue_wait_queue refuses): it exists
+ * for copies, whose contract needs it. */
+mxd_status mxd_queue_join(mxd_queue *q, mxd_queue *other, mxd_error *err);
+
 /* Fills every element of dst with `element` (layout.element_size bytes),
  * in the order of dst's queue. */
 mxd_status mxd_fill(const mxd_view *dst, const void *element,

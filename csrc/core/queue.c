@@ -161,6 +161,18 @@ mxd_status mxd_queue_wait_queue(mxd_queue *q, mxd_queue *other, mxd_error *err)
     return q->ops->queue_wait_queue(q, other, err);
 }
 
+mxd_status mxd_queue_join(mxd_queue *q, mxd_queue *other, mxd_error *err)
+{
+    if (q->ops == other->ops)
+        return mxd_queue_wait_queue(q, other, err);
+    mxd_status st = check_fresh(err, q, other, NULL, NULL);
+    if (st != MXD_OK)
+        return st;
+    if (!q->ops->queue_wait_foreign)
+        return cross_backend(err, q, "a queue", other->device);
+    return q->ops->queue_wait_foreign(q, other, err);
+}
+
 mxd_status mxd_queue_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err)
 {
     mxd_status st = check_fresh(err, q, NULL, ev, NULL);

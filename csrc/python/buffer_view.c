@@ -226,40 +226,42 @@ static mxd_view element_view(BufferObject *b, int64_t offset)
     return v;
 }
 
-/* Device memory has no host address: one element goes through a small
- * CPU buffer.  `to_host` reads the element, else writes it. */
+/* Device memory has no host address.  A write is a one-element fill,
+ * complete on return (SPEC §12.5); a read goes through a small CPU buffer
+ * bound to a queue of its own, so that neither waits for work on any CPU
+ * queue (the CPU's default queue may be busy or gated). */
 static int device_element(BufferObject *b, int64_t offset, void *element,
                           bool to_host)
 {
     binding_state *st = binding_state_of((PyObject *)b);
-    PyObject *cpu_q = binding_device_default_queue((DeviceObject *)st->cpu);
-    if (cpu_q == NULL)
-        return -1;
-    mxd_memory *host;
-    mxd_error err;
-    int64_t size = buffer_dtype(b)->size_in_bytes;
-    if (mxd_memory_alloc(((QueueObject *)cpu_q)->queue, size, false, &host,
-                         &err) != MXD_OK) {
-        binding_raise(&err);
-        return -1;
-    }
+    mxd_device *cpu = ((DeviceObject *)st->cpu)->device;
     mxd_view device = element_view(b, offset);
-    mxd_view local = {
-        host, ((QueueObject *)cpu_q)->queue, {0, NULL, NULL, 0, size, size}};
-    if (!to_host)
-        memcpy(mxd_memory_host(host), element, (size_t)size);
+    int64_t size = buffer_dtype(b)->size_in_bytes;
+    mxd_queue *own = NULL;
+    mxd_memory *host = NULL;
+    mxd_error err;
     binding_wait w;
     binding_wait_init(&w, -1);
     binding_wait_release_gil(&w);
-    mxd_status status = to_host ? mxd_copy(&local, &device, &w.wait, &err)
-                                : mxd_copy(&device, &local, &w.wait, &err);
-    /* A write is complete when the call returns (SPEC §12.5). */
-    if (status == MXD_OK && !to_host)
-        status = mxd_queue_synchronize(binding_buffer_queue(b), &w.wait, &err);
+    mxd_status status;
+    if (!to_host) {
+        status = mxd_fill(&device, element, &w.wait, &err);
+        if (status == MXD_OK)
+            status =
+                mxd_queue_synchronize(binding_buffer_queue(b), &w.wait, &err);
+    } else if ((status = mxd_queue_create(cpu, &own, &err)) == MXD_OK &&
+               (status = mxd_memory_alloc(own, size, false, &host, &err)) ==
+                   MXD_OK) {
+        mxd_view local = {host, own, {0, NULL, NULL, 0, size, size}};
+        status = mxd_copy(&local, &device, &w.wait, &err);
+    }
     binding_wait_acquire_gil(&w);
     if (status == MXD_OK && to_host)
         memcpy(element, mxd_memory_host(host), (size_t)size);
-    mxd_memory_release(host);
+    if (host)
+        mxd_memory_release(host);
+    if (own)
+        mxd_queue_release(own);
     if (status != MXD_OK) {
         binding_raise(&err);
         return -1;

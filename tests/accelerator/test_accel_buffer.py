@@ -706,6 +706,36 @@ def test_copy_joins_both_queues(acc, gate):
     assert (alias == 3).all()
 
 
+def test_pageable_source_queue_waits_for_the_upload(acc, aq, gate):
+    """SPEC §12.6, the join on the source's side: work enqueued on the
+    pageable source's CPU queue after the copy runs after the upload, which
+    waits behind the destination's gated queue."""
+    cq = DeviceQueue(CPU())
+    src = Buffer.from_numpy(np.full(N, 5, np.int32)).to(cq)
+    dst = DevicePinnedBuffer(DType.int32, [N], aq)
+    alias = dst.to_numpy()
+    alias[:] = 0
+    flag = gate(aq)
+    returns_promptly(lambda: dst.inplace_copy_from(src))
+    seen = []
+    _enq(cq, lambda: seen.append(alias.copy()))
+    time.sleep(NOT_YET)
+    assert not seen, "the source's queue ran ahead of the copy"
+    flag.signal(1)
+    cq.synchronize(timeout=WAIT)
+    assert (seen[0] == 5).all()
+
+
+def test_device_element_access_ignores_cpu_queues(acc, gate):
+    """SPEC §12.6: an element read or write of device memory waits for the
+    buffer's own queue only, not for a gated CPU default queue."""
+    buf = Buffer.zeros((3,), DType.int32, acc)
+    gate(CPU().default_queue)
+    returns_promptly(lambda: buf.__setitem__(1, 7))
+    assert returns_promptly(lambda: buf[1].item()) == 7
+    assert returns_promptly(lambda: buf[0].item()) == 0
+
+
 def test_chain_across_queues_needs_no_synchronization(acc):
     queues = [DeviceQueue(acc) for _ in range(3)]
     bufs = [Buffer(DType.int64, (N,), q) for q in queues]
