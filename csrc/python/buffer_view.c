@@ -226,10 +226,11 @@ static mxd_view element_view(BufferObject *b, int64_t offset)
     return v;
 }
 
-/* Device memory has no host address.  A write is a one-element fill,
- * complete on return (SPEC §12.5); a read goes through a small CPU buffer
- * bound to a queue of its own, so that neither waits for work on any CPU
- * queue (the CPU's default queue may be busy or gated). */
+/* Device memory has no host address: one element goes through a small
+ * CPU buffer (a host-to-device copy for a write, SPEC §12.5), bound to a
+ * CPU queue of its own so that the copy waits for no other CPU queue (the
+ * CPU's default queue may be busy or gated).  `to_host` reads the element,
+ * else writes it; a write is complete on return. */
 static int device_element(BufferObject *b, int64_t offset, void *element,
                           bool to_host)
 {
@@ -240,28 +241,30 @@ static int device_element(BufferObject *b, int64_t offset, void *element,
     mxd_queue *own = NULL;
     mxd_memory *host = NULL;
     mxd_error err;
+    mxd_status status = mxd_queue_create(cpu, &own, &err);
+    if (status == MXD_OK)
+        status = mxd_memory_alloc(own, size, false, &host, &err);
+    if (status != MXD_OK) {
+        if (own)
+            mxd_queue_release(own);
+        binding_raise(&err);
+        return -1;
+    }
+    mxd_view local = {host, own, {0, NULL, NULL, 0, size, size}};
+    if (!to_host)
+        memcpy(mxd_memory_host(host), element, (size_t)size);
     binding_wait w;
     binding_wait_init(&w, -1);
     binding_wait_release_gil(&w);
-    mxd_status status;
-    if (!to_host) {
-        status = mxd_fill(&device, element, &w.wait, &err);
-        if (status == MXD_OK)
-            status =
-                mxd_queue_synchronize(binding_buffer_queue(b), &w.wait, &err);
-    } else if ((status = mxd_queue_create(cpu, &own, &err)) == MXD_OK &&
-               (status = mxd_memory_alloc(own, size, false, &host, &err)) ==
-                   MXD_OK) {
-        mxd_view local = {host, own, {0, NULL, NULL, 0, size, size}};
-        status = mxd_copy(&local, &device, &w.wait, &err);
-    }
+    status = to_host ? mxd_copy(&local, &device, &w.wait, &err)
+                     : mxd_copy(&device, &local, &w.wait, &err);
+    if (status == MXD_OK && !to_host)
+        status = mxd_queue_synchronize(binding_buffer_queue(b), &w.wait, &err);
     binding_wait_acquire_gil(&w);
     if (status == MXD_OK && to_host)
         memcpy(element, mxd_memory_host(host), (size_t)size);
-    if (host)
-        mxd_memory_release(host);
-    if (own)
-        mxd_queue_release(own);
+    mxd_memory_release(host);
+    mxd_queue_release(own);
     if (status != MXD_OK) {
         binding_raise(&err);
         return -1;
