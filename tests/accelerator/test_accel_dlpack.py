@@ -650,15 +650,15 @@ def test_from_dlpack_of_devices_we_do_not_drive(acc, api, device):
 # A foreign producer over memory allocated through the driver
 
 
-@pytest.fixture
-def device_memory(acc, raw):
-    """``n`` bytes of device memory of the first accelerator, allocated
-    through the driver; freed after the test."""
+@contextlib.contextmanager
+def _driver_allocations(acc, raw, allocate, free):
+    """``alloc(n) -> address``, through the driver on the first accelerator;
+    everything it allocated is freed when the block ends."""
     made = []
 
     def alloc(n: int) -> int:
         with raw.current(acc.id):
-            ptr = raw.malloc(n)
+            ptr = allocate(n)
         made.append(ptr)
         return ptr
 
@@ -666,24 +666,21 @@ def device_memory(acc, raw):
     acc.synchronize(timeout=WAIT)
     with raw.current(acc.id):
         for ptr in made:
-            assert raw.free(ptr) == SUCCESS
+            assert free(ptr) == SUCCESS
+
+
+@pytest.fixture
+def device_memory(acc, raw):
+    """``n`` bytes of device memory, allocated through the driver."""
+    with _driver_allocations(acc, raw, raw.malloc, raw.free) as alloc:
+        yield alloc
 
 
 @pytest.fixture
 def pinned_memory(acc, raw):
-    made = []
-
-    def alloc(n: int) -> int:
-        with raw.current(acc.id):
-            ptr = raw.host_alloc(n)
-        made.append(ptr)
-        return ptr
-
-    yield alloc
-    acc.synchronize(timeout=WAIT)
-    with raw.current(acc.id):
-        for ptr in made:
-            assert raw.free_host(ptr) == SUCCESS
+    """``n`` bytes of pinned host memory, allocated through the driver."""
+    with _driver_allocations(acc, raw, raw.host_alloc, raw.free_host) as alloc:
+        yield alloc
 
 
 def test_foreign_device_memory_is_imported_zero_copy(acc, api, device_memory):
