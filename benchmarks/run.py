@@ -250,7 +250,8 @@ def wake_latency(samples: int) -> list[Result]:
             Result(
                 name,
                 med / thread_med,
-                f"median {med * 1e6:.1f} us vs threading.Event {thread_med * 1e6:.1f} us",
+                f"median {med * 1e6:.1f} us vs threading.Event "
+                f"{thread_med * 1e6:.1f} us",
                 target,
             )
         )

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from max.dtype import DType
 
 from max.driver import CPU, Buffer, DeviceQueue
+from max.dtype import DType
 
 WAIT = 20.0
 # Long enough that work which is (wrongly) not blocked would have run.

@@ -36,7 +36,6 @@ from buffer_support import (
     contiguous_strides,
     sample_array,
 )
-from max.dtype import DType
 
 from max import driver
 from max.driver import (
@@ -47,6 +46,7 @@ from max.driver import (
     DeviceQueue,
     Usage,
 )
+from max.dtype import DType
 
 WAIT = 20.0
 
@@ -1861,7 +1861,8 @@ def _capsule_version(capsule):
 
 
 @pytest.mark.parametrize(
-    ("asked", "exported"), [((1, 0), (1, 0)), ((1, 1), (1, 1)), ((1, 7), (1, 1)), ((2, 0), (1, 1))]
+    ("asked", "exported"),
+    [((1, 0), (1, 0)), ((1, 1), (1, 1)), ((1, 7), (1, 1)), ((2, 0), (1, 1))],
 )
 def test_dlpack_exports_no_newer_version_than_asked(asked, exported):
     """The DLPack protocol: the producer's capsule is of a version no newer

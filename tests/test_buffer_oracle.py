@@ -31,9 +31,9 @@ from buffer_support import (
 )
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from max.dtype import DType
 
 from max.driver import Buffer
+from max.dtype import DType
 
 SETTINGS = dict(
     deadline=None,

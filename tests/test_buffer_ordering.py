@@ -32,9 +32,9 @@ from buffer_support import (
     open_later,
     returns_promptly,
 )
-from max.dtype import DType
 
 from max.driver import CPU, Buffer, DeviceQueue
+from max.dtype import DType
 
 N = 1024
 

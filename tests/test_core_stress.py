@@ -62,7 +62,15 @@ def _compile(tmp_path: Path, main: str, extra: list[str]) -> Path | None:
         pytest.skip("no C compiler on this machine")
     exe = tmp_path / Path(main).stem
     sources = sorted(str(p) for d in (CORE, BACKENDS) for p in d.glob("*.c"))
-    cmd = [cc, *FLAGS, *extra, f"-I{CORE}", f"-I{BACKENDS}", *sources, str(TESTS / main)]
+    cmd = [
+        cc,
+        *FLAGS,
+        *extra,
+        f"-I{CORE}",
+        f"-I{BACKENDS}",
+        *sources,
+        str(TESTS / main),
+    ]
     cmd += ["-o", str(exe), "-pthread", "-ldl", "-lm"]
     result = subprocess.run(cmd, capture_output=True, text=True, env=native_env())
     if result.returncode != 0:

@@ -33,10 +33,10 @@ from buffer_support import (
     returns_promptly,
     sample_array,
 )
-from max.dtype import DType
 
 from max import driver
 from max.driver import CPU, Buffer, DevicePinnedBuffer, DeviceQueue, Usage
+from max.dtype import DType
 
 N = 4096
 SUCCESS = 0

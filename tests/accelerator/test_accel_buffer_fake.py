@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 from accel_support import FAKE_LIBRARY, NOT_YET, WAIT, drain, settled_allocs, wait_until
 from buffer_support import host_source, open_later, returns_promptly
-from max.dtype import DType
 
 from max import driver
-from max.driver import CPU, Accelerator, Buffer, DevicePinnedBuffer, DeviceQueue, Usage
+from max.driver import Accelerator, Buffer, DevicePinnedBuffer, DeviceQueue, Usage
+from max.dtype import DType
 
 pytestmark = pytest.mark.skipif(
     FAKE_LIBRARY is None,
