@@ -112,14 +112,9 @@ def sample_array(dtype: DType, shape: Sequence[int], start: int = 1) -> np.ndarr
 
 
 def host_source(values: np.ndarray) -> Buffer:
-    """A pageable CPU buffer holding ``values``, on a CPU queue of its own.
-
-    A copy joins its source's queue too (SPEC §12.6: everything enqueued on
-    either queue afterwards runs after it), and a copy from pageable memory
-    first waits for its source's queue.  So a buffer on the CPU's default
-    queue (``Buffer.from_numpy``) that was the source of a copy into a gated
-    queue cannot be the source of another copy until the gate opens; tests
-    that make several copies behind a gate take their sources from here."""
+    """A pageable CPU buffer holding ``values``, on a CPU queue of its own,
+    so that nothing another test left on the CPU's default queue (a held
+    host function, say) delays a copy from it."""
     dtype = next(d for d, np_dtype in NUMPY_OF.items() if np_dtype == values.dtype)
     buf = Buffer(dtype, values.shape, DeviceQueue(CPU()))
     buf.to_numpy()[...] = values

@@ -32,7 +32,10 @@ The ordering edges are SPEC §12.6's:
   one host point after both queues (``complete``);
 - host reads and writes (``to_numpy``, ``item``, ``buf[i] = v``) are host
   points after the buffer's queue, except ``to_numpy`` of pinned memory,
-  which aliases without waiting;
+  which aliases without waiting, and except the joins copies left at the
+  end of a CPU queue (``join`` nodes): they order the queue's later work
+  but touch no memory, so host access (a copy's read of its pageable
+  source included) does not wait for them;
 - ``Buffer.zeros`` fills in the order of the buffer's queue
   (``DevicePinnedBuffer.zeros`` on return, on the host); an allocation of
   device memory is in the order of its queue;
@@ -60,11 +63,6 @@ MAX_BUFFERS = 8
 MAX_ALIASES = 6
 DTYPE = DType.int32
 SIDE = {"cpu": "pageable", "pin": "pinned", "dev": "device", "dev1": "device"}
-# SPEC §12.6: "everything enqueued on either queue afterwards runs after
-# [the copy]", also when the source is pageable CPU memory and the
-# destination on an accelerator.  (The backend does not join the CPU queue
-# there today: see the report of the model-faults branch.)
-PAGEABLE_SOURCE_JOINS = True
 # Auxiliary queues of the accelerator variant (keys of ``last``; the model
 # device's queues are ints): the CPU's default queue and one more, the
 # second accelerator's default queue and one more.
@@ -110,6 +108,8 @@ class BufferCompiler:
             self.kinds += ["dev", "pin"] + (["dev1"] if second else [])
         self.accelerator = accelerator
         self.second = second
+        # join node -> the node its queue had before it (accessof)
+        self.before_join = {}
         self.storages: list[Storage] = []
         self.views: dict[int, View] = {}  # buffer id -> what it views
         self.live_b: list[int] = []
@@ -137,8 +137,16 @@ class BufferCompiler:
     def lastof(self, q):
         return self.last.setdefault(q, None)
 
-    def completes(self, q):
+    def accessof(self, q):
+        """What host access to q's memory waits for: its last node that is
+        not one of the joins at its end."""
         n = self.lastof(q)
+        while n in self.before_join:
+            n = self.before_join[n]
+        return n
+
+    def completes(self, q, access=False):
+        n = self.accessof(q) if access else self.lastof(q)
         return n is None or self.m.completes(n)
 
     def push(self, q, kind, extra=(), label=None):
@@ -256,7 +264,7 @@ class BufferCompiler:
         if (
             init == "numpy"
             and kind in ("dev", "dev1")
-            and not self.completes(self.cpu_default_queue())
+            and not self.completes(self.cpu_default_queue(), access=True)
         ):
             init = "zeros"  # the copy from the NumPy buffer would wait for good
         if init == "numpy" and kind == "cpu":
@@ -279,7 +287,7 @@ class BufferCompiler:
         if init == "numpy" and kind in ("dev", "dev1"):
             # The NumPy buffer's queue is waited for; the new buffer written
             # in the order of its queue.
-            self.m.host_point([self.lastof(self.cpu_default_queue())])
+            self.m.host_point([self.accessof(self.cpu_default_queue())])
         node = self.m.host_point([]) if on_host else self.push(q, "fill")
         self.write(sid, range(n), node, values)
         bid = self.new_buffer(View(sid, 0, n, q))
@@ -362,14 +370,19 @@ class BufferCompiler:
         if sside == "pageable":
             # Read when the call returns, after waiting for the source.
             mode = "staged"
-            if not self.completes(S.q):
+            if not self.completes(S.q, access=True):
                 return None
-            anc_r = self.ancestors([ls])
+            anc_r = self.ancestors([self.accessof(S.q)])
             anc_w = anc_r | self.ancestors([ld])
-        else:
-            mode = "complete" if dside == "pageable" else "enqueued"
-            if mode == "complete" and not (self.completes(S.q) and self.completes(D.q)):
+        elif dside == "pageable":
+            # Complete on return: after the source's queue and the host
+            # access of the destination's.
+            mode = "complete"
+            if not (self.completes(S.q) and self.completes(D.q, access=True)):
                 return None
+            anc_r = anc_w = self.ancestors([ls, self.accessof(D.q)])
+        else:
+            mode = "enqueued"
             anc_r = anc_w = self.ancestors([ls, ld])
         if self.races(S.sid, sr, False, anc_r) or self.races(D.sid, dr, True, anc_w):
             return None
@@ -433,19 +446,20 @@ class BufferCompiler:
 
     def _commit_copy(self, d, s, mode, dr, sr):
         D, S = self.views[d], self.views[s]
-        ls, ld = self.lastof(S.q), self.lastof(D.q)
+        ls = self.lastof(S.q)
         doff, soff, n = dr.start - D.off, sr.start - S.off, len(dr)
         if mode == "staged":
-            r = self.m.host_point([ls])
+            r = self.m.host_point([self.accessof(S.q)])
             values = self.read(S.sid, sr, r)
             w = self.push(D.q, "copy", [r])
-            joins = (
-                PAGEABLE_SOURCE_JOINS or SIDE[self.storages[D.sid].kind] == "pageable"
-            )
-            if S.q != D.q and joins:
-                self.push(S.q, "wait", [w])  # the source's queue joins
+            # SPEC §12.6: everything enqueued on either queue afterwards
+            # runs after the copy, also after an upload to an accelerator.
+            if S.q != D.q:
+                before = self.lastof(S.q)
+                join = self.push(S.q, "join", [w])  # the source's queue joins
+                self.before_join[join] = before
         elif mode == "complete":
-            r = w = self.m.host_point([ls, ld])
+            r = w = self.m.host_point([ls, self.accessof(D.q)])
             values = self.read(S.sid, sr, r)
         else:
             r = w = self.push(D.q, "copy", [ls])
@@ -466,8 +480,8 @@ class BufferCompiler:
             v = self.views[bid]
             i = b % v.n
             idx = [v.off + i]
-            lq = self.lastof(v.q)
-            if not self.completes(v.q) or self.races(
+            lq = self.accessof(v.q)
+            if not self.completes(v.q, access=True) or self.races(
                 v.sid, idx, True, self.ancestors([lq])
             ):
                 continue
@@ -484,10 +498,10 @@ class BufferCompiler:
         for bid in _rotated(self.live_b, a):
             v = self.views[bid]
             waits = not (mode == "numpy" and self.kind_of(bid) == "pin")
-            preds = [self.lastof(v.q)] if waits else []
+            preds = [self.accessof(v.q)] if waits else []
             i = b % v.n
             idx = [v.off + i] if mode == "item" else list(range(v.off, v.off + v.n))
-            if (waits and not self.completes(v.q)) or self.races(
+            if (waits and not self.completes(v.q, access=True)) or self.races(
                 v.sid, idx, False, self.ancestors(preds)
             ):
                 continue
@@ -503,9 +517,9 @@ class BufferCompiler:
         for bid in _rotated(self.live_b, a):
             v = self.views[bid]
             kind = self.kind_of(bid)
-            if kind == "pin" or (kind == "cpu" and self.completes(v.q)):
+            if kind == "pin" or (kind == "cpu" and self.completes(v.q, access=True)):
                 if kind == "cpu":
-                    self.m.host_point([self.lastof(v.q)])
+                    self.m.host_point([self.accessof(v.q)])
                 al = self.new_alias(View(v.sid, v.off, v.n, None))
                 return {"b": bid, "al": al}
         return None

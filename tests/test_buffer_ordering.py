@@ -175,6 +175,39 @@ def test_later_work_on_the_source_queue_runs_after_the_copy(cpu, gate, rec):
     assert (seen["dst"] == 8).all()
 
 
+def test_host_access_does_not_wait_for_a_copys_join(cpu, gate, rec):
+    """The join a copy leaves on its source's queue orders that queue's
+    later work only: the source can be read, written and copied from again
+    at once (never waiting for the gated destination, SPEC §12.6), while
+    host functions enqueued there still run after the copy."""
+    src, dst, src_alias, dst_alias = _pair(cpu, src_values=3)
+    flag = gate(dst.stream)
+    dst.inplace_copy_from(src)
+    other = Buffer(DType.int32, src.shape, dst.stream)
+    returns_promptly(lambda: other.inplace_copy_from(src))  # a second copy
+    assert returns_promptly(lambda: src[1].item()) == 3
+    returns_promptly(lambda: src.__setitem__(0, 9))  # the copies read it already
+    _enq(src.stream, rec.fn("later"))
+    assert not rec.wait("later", NOT_YET), "ran before the copy"
+    flag.signal(1)
+    assert rec.wait("later")
+    dst.stream.synchronize(timeout=WAIT)
+    assert (dst_alias == 3).all() and (other.to_numpy() == 3).all()
+
+
+def test_host_access_waits_for_work_behind_a_join(cpu, gate):
+    """Work enqueued on the source's queue after the join is waited for by
+    host access as usual (it runs after the copy)."""
+    src, dst, src_alias, _ = _pair(cpu, src_values=3)
+    flag = gate(dst.stream)
+    dst.inplace_copy_from(src)
+    _enq(src.stream, lambda: src_alias.__setitem__(slice(None), 4))
+    read = Call(src.to_numpy)
+    assert read.blocked(), "did not wait for the host function behind the join"
+    flag.signal(1)
+    assert (read.value() == 4).all()
+
+
 def test_copy_runs_after_earlier_work_on_the_destination_queue(cpu, gate):
     """A host function enqueued on the destination's queue before the copy
     writes the destination first; the copy overwrites it."""

@@ -53,6 +53,9 @@ typedef struct cpu_foreign_wait {
 typedef struct cpu_item {
     struct cpu_item *next;
     item_kind kind;
+    /* A copy's join of this (its source's) queue: it orders later work
+     * only, touches no memory, so host access does not wait for it. */
+    bool join;
     uint64_t ticket;
     union {
         mxd_host_fn host;
@@ -84,6 +87,8 @@ struct cpu_queue {
     mxd_job drain;
     _Atomic uint64_t submitted;
     _Atomic uint64_t completed;
+    /* The last ticket that is not a join: what host access waits for. */
+    _Atomic uint64_t accessed;
     mxd_notifier done; /* notified whenever `completed` moves */
 };
 
@@ -294,6 +299,7 @@ static cpu_item *item_new(item_kind kind, mxd_error *err)
     }
     item->next = NULL;
     item->kind = kind;
+    item->join = kind == ITEM_WAIT_FOREIGN;
     return item;
 }
 
@@ -317,6 +323,8 @@ static mxd_status enqueue_ticket(cpu_queue *q, cpu_item *item, uint64_t *ticket,
     }
     item->ticket = atomic_load(&q->submitted) + 1;
     atomic_store(&q->submitted, item->ticket);
+    if (!item->join)
+        atomic_store(&q->accessed, item->ticket);
     if (q->tail)
         q->tail->next = item;
     else
@@ -333,8 +341,9 @@ static mxd_status enqueue(cpu_queue *q, cpu_item *item, mxd_error *err)
     return enqueue_ticket(q, item, NULL, err);
 }
 
-/* Makes later work on q wait for `point`; consumes the point's reference. */
-static mxd_status enqueue_wait_point(cpu_queue *q, cpu_point point,
+/* Makes later work on q wait for `point` (`join`: for a copy, see
+ * cpu_item); consumes the point's reference. */
+static mxd_status enqueue_wait_point(cpu_queue *q, cpu_point point, bool join,
                                      mxd_error *err)
 {
     if (!point.queue)
@@ -348,6 +357,7 @@ static mxd_status enqueue_wait_point(cpu_queue *q, cpu_point point,
     if (item) {
         item->u.point.queue = point.queue;
         item->u.point.ticket = point.ticket;
+        item->join = join;
         st = enqueue(q, item, err);
         if (st != MXD_OK)
             free(item);
@@ -384,6 +394,7 @@ static mxd_status cpu_queue_create(mxd_device *dev, mxd_queue **out,
     q->drain.run = drain;
     atomic_init(&q->submitted, 0);
     atomic_init(&q->completed, 0);
+    atomic_init(&q->accessed, 0);
     *out = &q->base;
     return MXD_OK;
 }
@@ -416,11 +427,21 @@ static mxd_status cpu_queue_synchronize(mxd_queue *base, const mxd_wait *wait,
     return wait_point(q, atomic_load(&q->submitted), wait, err);
 }
 
+/* Everything but trailing joins: the memory is as the queue's work so far
+ * leaves it once that has run. */
+static mxd_status cpu_queue_wait_host_access(mxd_queue *base,
+                                             const mxd_wait *wait,
+                                             mxd_error *err)
+{
+    cpu_queue *q = as_cpu_queue(base);
+    return wait_point(q, atomic_load(&q->accessed), wait, err);
+}
+
 static mxd_status cpu_queue_wait_queue(mxd_queue *q, mxd_queue *other,
                                        mxd_error *err)
 {
     return enqueue_wait_point(as_cpu_queue(q),
-                              current_point(as_cpu_queue(other)), err);
+                              current_point(as_cpu_queue(other)), false, err);
 }
 
 static cpu_point event_point(cpu_event *ev)
@@ -437,7 +458,7 @@ static mxd_status cpu_queue_wait_event(mxd_queue *q, mxd_event *ev,
                                        mxd_error *err)
 {
     return enqueue_wait_point(as_cpu_queue(q), event_point(as_cpu_event(ev)),
-                              err);
+                              false, err);
 }
 
 static mxd_status cpu_queue_wait_value(mxd_queue *base, mxd_flag *flag,
@@ -815,6 +836,7 @@ const mxd_backend mxd_cpu_backend = {
     .queue_native = cpu_queue_native,
     .queue_is_idle = cpu_queue_is_idle,
     .queue_synchronize = cpu_queue_synchronize,
+    .queue_wait_host_access = cpu_queue_wait_host_access,
     .queue_wait_queue = cpu_queue_wait_queue,
     .queue_wait_event = cpu_queue_wait_event,
     .queue_wait_foreign = cpu_queue_wait_foreign,

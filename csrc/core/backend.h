@@ -110,6 +110,9 @@ struct mxd_backend {
     bool (*queue_is_idle)(const mxd_queue *q);
     mxd_status (*queue_synchronize)(mxd_queue *q, const mxd_wait *wait,
                                     mxd_error *err);
+    /* Optional (NULL: queue_synchronize).  See mxd_queue_wait_host_access. */
+    mxd_status (*queue_wait_host_access)(mxd_queue *q, const mxd_wait *wait,
+                                         mxd_error *err);
     mxd_status (*queue_wait_queue)(mxd_queue *q, mxd_queue *other,
                                    mxd_error *err);
     /* Optional (the CPU backend): as queue_wait_queue for a queue of

@@ -180,7 +180,10 @@ mxd_status mxd_queue_synchronize(mxd_queue *q, const mxd_wait *wait,
 /* Before the host reads or writes memory bound to q: waits for the work
  * enqueued on q so far, except inside a host function of q itself, which
  * sees the memory as q's earlier work left it (later work has not
- * started) and so does not wait. */
+ * started) and so does not wait, and except the joins that copies from
+ * q's memory left at its end (mxd_queue_join): they order q's later work
+ * after the copy but touch no memory, and waiting for them would make the
+ * host wait for the copy's destination queue (SPEC §12.6). */
 mxd_status mxd_queue_wait_host_access(mxd_queue *q, const mxd_wait *wait,
                                       mxd_error *err);
 /* Work enqueued on q afterwards waits for all work on `other` so far. */

@@ -123,7 +123,9 @@ mxd_status mxd_queue_wait_host_access(mxd_queue *q, const mxd_wait *wait,
 {
     if (!mxd_stale(q->epoch) && q->ops->runs_host_fn_of(q))
         return MXD_OK;
-    return mxd_queue_synchronize(q, wait, err);
+    if (mxd_stale(q->epoch) || !q->ops->queue_wait_host_access)
+        return mxd_queue_synchronize(q, wait, err);
+    return q->ops->queue_wait_host_access(q, wait, err);
 }
 
 mxd_status mxd_queue_order_native(mxd_queue *q, uintptr_t native,

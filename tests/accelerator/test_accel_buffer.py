@@ -640,8 +640,6 @@ def test_pageable_to_device_never_waits_for_a_gated_destination(acc, aq, gate):
     """From pageable CPU memory to an accelerator: the call never waits for
     the destination's (gated) queue and the source may be overwritten at
     once; the destination gets the OLD values."""
-    # One source per copy: a copy joins its source's queue (SPEC §12.6), so
-    # a source used for a copy into the gated queue is busy until it opens.
     srcs = [host_source(np.full(N, 7, np.int32)) for _ in range(3)]
     aliases = [src.to_numpy() for src in srcs]
     dst = Buffer(DType.int32, (N,), aq)
@@ -724,6 +722,37 @@ def test_pageable_source_queue_waits_for_the_upload(acc, aq, gate):
     flag.signal(1)
     cq.synchronize(timeout=WAIT)
     assert (seen[0] == 5).all()
+
+
+def test_uploads_from_one_cpu_queue_into_a_gated_queue(acc, aq, gate):
+    """The join an upload leaves on its source's CPU queue does not hold
+    host access: a second upload from that queue returns at once too."""
+    srcs = [Buffer.from_numpy(np.full(N, v, np.int32)) for v in (1, 2)]
+    dsts = [Buffer(DType.int32, (N,), aq) for _ in srcs]
+    flag = gate(aq)
+    for dst, src in zip(dsts, srcs, strict=True):
+        returns_promptly(lambda dst=dst, src=src: dst.inplace_copy_from(src))
+    open_later(flag)
+    assert [int(d.to_numpy()[0]) for d in dsts] == [1, 2]
+
+
+def test_uploads_inside_a_host_function_of_the_destination_queue(acc, aq):
+    """Two uploads from the CPU's default queue, made by a host function of
+    the destination's queue: each lands behind the function, and the second
+    does not wait for the first (which cannot run before the function
+    returns)."""
+    dsts = [Buffer(DType.int32, (N,), aq) for _ in range(2)]
+    done = []
+
+    def upload():
+        for i, dst in enumerate(dsts):
+            dst.inplace_copy_from(Buffer.from_numpy(np.full(N, i + 1, np.int32)))
+        done.append(True)
+
+    _enq(aq, upload)
+    aq.synchronize(timeout=WAIT)
+    assert done == [True]
+    assert [int(d.to_numpy()[0]) for d in dsts] == [1, 2]
 
 
 def test_device_element_access_ignores_cpu_queues(acc, gate):
