@@ -29,14 +29,18 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
 # The tests run on each interpreter: the whole suite less the files below.
 # Kept: the CPU SPEC suite (tests/test_{device,queue,event,flag,hostfn,
-# waits,...}.py), the fake-driver accelerator suite (tests/test_fake_backends.py,
-# tests/accelerator/ in a child interpreter per API), the C-core tests
-# (tests/test_core.py), argument fuzzing, fault injection, the model check
-# and the documentation examples: everything that goes through the binding,
-# whose use of the C API is what differs between Python versions.
+# waits,...}.py), the Buffer, DType and DLPack suites, the fake-driver
+# accelerator suite (tests/test_fake_backends.py, tests/accelerator/ in a
+# child interpreter per API), argument fuzzing, fault injection, the model
+# check and the documentation examples: everything that goes through the
+# binding, whose use of the C API is what differs between Python versions.
 # Left out, to keep CI within 20 minutes on 2 cores:
-#   test_core_stress.py  C programs only, no interpreter (22 s); the default
-#                        run covers it
+#   test_core_stress.py, test_core.py, test_core_layout.py,
+#   test_core_dtype.py   the C core's own C programs (with Python or NumPy
+#                        only as oracles): the same on every interpreter
+#                        (75 s in all); the default run covers them
+#   tests/fake_driver/   the fake driver's own tests (20 s): C, driven
+#                        through ctypes; the accelerator suite uses it
 #   test_pytest_plugin.py needs the pytest11 entry point, which only
 #                        installing the package registers; its code is pure
 #                        Python over pytest's hooks
@@ -48,6 +52,10 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 #                        interpreter); NumPy's DLPack tests run everywhere
 IGNORED=(
     tests/test_core_stress.py
+    tests/test_core.py
+    tests/test_core_layout.py
+    tests/test_core_dtype.py
+    tests/fake_driver
     tests/test_pytest_plugin.py
     tests/test_wheel.py
     tests/test_typing.py
@@ -152,7 +160,7 @@ test_one() {
     "$py" -m venv "$venv" || return 1
     "$venv/bin/python" -m pip install -q --disable-pip-version-check \
         "${REQUIREMENTS[@]}" || return 1
-    (cd "$src" && "$venv/bin/python" setup.py -q build_ext --inplace \
+    (cd "$src" && "$venv/bin/python" setup.py -q build_ext --inplace -j 2 \
         >"$work/build.log" 2>&1) || {
         cat "$work/build.log" >&2
         echo "test-other-pythons.sh: the build for CPython $version failed" >&2
@@ -162,7 +170,11 @@ test_one() {
     for path in "${IGNORED[@]}"; do ignores+=("--ignore=$path"); done
     # The package is not installed there, so its pytest plugin is loaded by
     # module name instead of by its entry point (the docs' examples use it).
-    (cd "$src" && env -u PYTHONPATH "$venv/bin/python" -m pytest -q \
+    # Argument fuzzing gets 10 s here instead of 30 (each run draws a seed
+    # of its own).
+    (cd "$src" && env -u PYTHONPATH \
+        MAX_DRIVER_FUZZ_SECONDS="${MAX_DRIVER_FUZZ_SECONDS:-10}" \
+        "$venv/bin/python" -m pytest -q \
         -p no:cacheprovider -p max.pytest_plugin "${ignores[@]}" "$@")
 }
 

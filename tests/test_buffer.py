@@ -843,6 +843,8 @@ def test_setitem_through_strided_views():
         (DType.bool, True, True),
         (DType.bool, False, False),
         (DType.bool, np.bool_(True), True),
+        (DType.int32, np.bool_(True), 1),
+        (DType.float32, np.bool_(False), 0.0),
         (DType.bool, 0, False),
         (DType.bool, 1, True),
         (DType.bool, 0.0, False),
@@ -851,9 +853,10 @@ def test_setitem_through_strided_views():
     ],
     ids=repr,
 )
+@pytest.mark.filterwarnings("error")  # NumPy < 2.4: np.bool_.__index__ warns
 def test_setitem_converts_to_the_dtype(dtype, value, expected):
     """``value`` is a Python or NumPy scalar or a bool, converted to the
-    dtype; item() gives the Python type of the dtype."""
+    dtype (without a warning); item() gives the Python type of the dtype."""
     buf = Buffer(dtype, (2,))
     buf[1] = value
     got = buf[1].item()

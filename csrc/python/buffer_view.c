@@ -103,11 +103,27 @@ PyObject *binding_buffer_subscript(PyObject *self, PyObject *key)
 
 /* ---- Scalars ------------------------------------------------------------ */
 
+/* NumPy's bool scalar ("numpy.bool_" before NumPy 2).  Tested before
+ * PyIndex_Check: NumPy 1.x and 2.0 to 2.3 give it a deprecated __index__
+ * that warns (and raises under -W error). */
+static bool is_numpy_bool(PyObject *value)
+{
+    const char *name = Py_TYPE(value)->tp_name;
+    return strcmp(name, "numpy.bool") == 0 || strcmp(name, "numpy.bool_") == 0;
+}
+
 /* A Python or NumPy scalar (or bool) as a core scalar. */
 static int parse_scalar(const char *fname, PyObject *value, mxd_scalar *out)
 {
     if (PyBool_Check(value)) {
         *out = mxd_scalar_bool(value == Py_True);
+        return 0;
+    }
+    if (!PyLong_CheckExact(value) && is_numpy_bool(value)) {
+        int truth = PyObject_IsTrue(value);
+        if (truth < 0)
+            return -1;
+        *out = mxd_scalar_bool(truth);
         return 0;
     }
     if (PyFloat_Check(value)) {
