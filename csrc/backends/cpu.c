@@ -444,11 +444,15 @@ static mxd_status cpu_queue_wait_queue(mxd_queue *q, mxd_queue *other,
                               current_point(as_cpu_queue(other)), false, err);
 }
 
+/* Where ev was recorded, retained; NULL queue when unrecorded or complete
+ * (the common case of a wait: no reference taken and dropped). */
 static cpu_point event_point(cpu_event *ev)
 {
     mxd_spin_lock(&ev->lock);
     cpu_point point = {ev->queue, ev->ticket};
-    if (point.queue)
+    if (point.queue && point_reached(point.queue, point.ticket))
+        point.queue = NULL;
+    else if (point.queue)
         mxd_queue_retain(&point.queue->base);
     mxd_spin_unlock(&ev->lock);
     return point;
