@@ -45,7 +45,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 #                        installing the package registers; its code is pure
 #                        Python over pytest's hooks
 #   test_wheel.py        packaging (needs `build`; builds wheels and a venv)
-#   test_typing.py       mypy, a static check of the stub
+#   test_typing.py       mypy, a static check of the stub (test_dtype.py's
+#                        one mypy check skips there for the same reason)
 #   test_notebook.py     needs the Jupyter stack; runs on the default only
 #   test_gpu_tooling.py  tooling for scripts/gpu-check.sh (CUDA machines)
 #   test_dlpack_jax.py   JAX as a second DLPack peer (a 100 MB jaxlib per

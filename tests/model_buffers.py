@@ -145,6 +145,12 @@ class BufferCompiler:
             n = self.before_join[n]
         return n
 
+    def join(self, q, copy):
+        """q (a pageable source's queue) joins ``copy``: its later work runs
+        after it, host access to its memory does not wait for it."""
+        before = self.lastof(q)
+        self.before_join[self.push(q, "join", [copy])] = before
+
     def completes(self, q, access=False):
         n = self.accessof(q) if access else self.lastof(q)
         return n is None or self.m.completes(n)
@@ -286,9 +292,11 @@ class BufferCompiler:
         )
         if init == "numpy" and kind in ("dev", "dev1"):
             # The NumPy buffer's queue is waited for; the new buffer written
-            # in the order of its queue.
+            # in the order of its queue; the NumPy buffer's queue joins.
             self.m.host_point([self.accessof(self.cpu_default_queue())])
         node = self.m.host_point([]) if on_host else self.push(q, "fill")
+        if init == "numpy" and kind in ("dev", "dev1"):
+            self.join(self.cpu_default_queue(), node)
         self.write(sid, range(n), node, values)
         bid = self.new_buffer(View(sid, 0, n, q))
         args = {
@@ -455,9 +463,7 @@ class BufferCompiler:
             # SPEC §12.6: everything enqueued on either queue afterwards
             # runs after the copy, also after an upload to an accelerator.
             if S.q != D.q:
-                before = self.lastof(S.q)
-                join = self.push(S.q, "join", [w])  # the source's queue joins
-                self.before_join[join] = before
+                self.join(S.q, w)
         elif mode == "complete":
             r = w = self.m.host_point([ls, self.accessof(D.q)])
             values = self.read(S.sid, sr, r)

@@ -287,6 +287,16 @@ def test_copy_true_exports_a_flagged_copy():
     assert buf[0, 0].item() == ref[0, 0]
 
 
+def test_copy_true_is_complete_while_the_cpu_default_queue_is_gated(gate):
+    """The copy is the consumer's to read at once: it is made on a queue of
+    its own, never left pending behind a busy or gated CPU queue."""
+    buf, ref = filled(DType.int32, (64,))
+    buf = buf.to(DeviceQueue(CPU()))
+    gate(CPU().default_queue)
+    cap = returns_promptly(lambda: buf.__dlpack__(max_version=(1, 0), copy=True))
+    assert np.array_equal(np.from_dlpack(Holder(cap)), ref)
+
+
 def test_copy_true_of_a_view_is_a_contiguous_copy():
     buf, ref = filled(DType.int32, (4, 4))
     cap = buf[::-1, 1::2].__dlpack__(max_version=(1, 0), copy=True)

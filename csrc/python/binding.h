@@ -135,6 +135,11 @@ int binding_buffer_host_wait(BufferObject *b);
 int binding_buffer_copy_into(BufferObject *dst, BufferObject *src);
 /* A new contiguous copy of `self` bound to `stream`. */
 PyObject *binding_buffer_copy_to(PyObject *self, PyObject *stream);
+/* A copy in CPU memory for the host to read (to_numpy, a DLPack export to
+ * the CPU), complete on return: bound to a CPU queue of its own, so that
+ * it waits for the buffer's queue only, never for the work of a CPU queue
+ * (the CPU's default queue may be busy or gated; SPEC §12.6). */
+PyObject *binding_buffer_host_copy(PyObject *self);
 
 /* The element count (the product of the shape). */
 int64_t binding_buffer_count(BufferObject *b);

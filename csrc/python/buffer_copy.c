@@ -37,6 +37,20 @@ PyObject *binding_buffer_copy_to(PyObject *self, PyObject *stream)
     return copy;
 }
 
+PyObject *binding_buffer_host_copy(PyObject *self)
+{
+    binding_state *st = binding_state_of(self);
+    mxd_queue *queue;
+    mxd_error err;
+    if (mxd_queue_create(((DeviceObject *)st->cpu)->device, &queue, &err) !=
+        MXD_OK)
+        return binding_raise(&err);
+    PyObject *own = binding_queue_wrap(st, queue);
+    PyObject *copy = own ? binding_buffer_copy_to(self, own) : NULL;
+    Py_XDECREF(own);
+    return copy;
+}
+
 static const char *const src_names[] = {"src"};
 
 PyObject *binding_buffer_inplace_copy_from(PyObject *self,

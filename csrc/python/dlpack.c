@@ -486,15 +486,18 @@ PyObject *binding_buffer_dlpack(PyObject *self, PyObject *const *args,
     if (need_copy) {
         /* As the array API: on the device __dlpack_device__ names unless
          * dl_device asks for the CPU; host memory (pinned included) is
-         * copied into CPU memory, which every consumer of it can read. */
-        binding_state *st = binding_state_of(self);
-        PyObject *target =
-            r.to_host || host_memory
-                ? binding_device_default_queue((DeviceObject *)st->cpu)
-                : b->stream;
-        PyObject *copy = target ? binding_buffer_copy_to(self, target) : NULL;
+         * copied into CPU memory, which every consumer of it can read.  A
+         * copy into CPU memory is complete on return; one on the device is
+         * ordered for the consumer as the buffer itself would be. */
+        bool on_host = r.to_host || host_memory;
+        PyObject *copy = on_host ? binding_buffer_host_copy(self)
+                                 : binding_buffer_copy_to(self, b->stream);
         if (copy == NULL)
             return NULL;
+        if (!on_host && order_consumer(as_buffer(copy), &r) < 0) {
+            Py_DECREF(copy);
+            return NULL;
+        }
         PyObject *capsule = export_capsule(as_buffer(copy), buffer_dtype(b),
                                            r.minor, MXD_DL_FLAG_IS_COPIED);
         Py_DECREF(copy);
@@ -951,8 +954,7 @@ PyObject *binding_to_numpy(PyObject *self, PyObject *unused)
     /* Accelerator memory is copied to the host first. */
     PyObject *host = NULL;
     if (mxd_memory_host(b->memory) == NULL) {
-        PyObject *cpu = binding_device_default_queue((DeviceObject *)st->cpu);
-        host = cpu ? binding_buffer_copy_to(self, cpu) : NULL;
+        host = binding_buffer_host_copy(self);
     } else {
         host = Py_NewRef(self);
     }

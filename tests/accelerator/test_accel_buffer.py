@@ -33,6 +33,7 @@ from buffer_support import (
     returns_promptly,
     sample_array,
 )
+from dlpack_support import Holder
 
 from max import driver
 from max.driver import CPU, Buffer, DevicePinnedBuffer, DeviceQueue, Usage
@@ -755,14 +756,19 @@ def test_uploads_inside_a_host_function_of_the_destination_queue(acc, aq):
     assert [int(d.to_numpy()[0]) for d in dsts] == [1, 2]
 
 
-def test_device_element_access_ignores_cpu_queues(acc, gate):
-    """SPEC §12.6: an element read or write of device memory waits for the
-    buffer's own queue only, not for a gated CPU default queue."""
+def test_host_access_of_device_memory_ignores_cpu_queues(acc, gate):
+    """SPEC §12.6: host reads and writes of device memory (element access,
+    to_numpy, str, a DLPack export to the CPU) wait for the buffer's own
+    queue only, not for a gated CPU default queue."""
     buf = Buffer.zeros((3,), DType.int32, acc)
     gate(CPU().default_queue)
     returns_promptly(lambda: buf.__setitem__(1, 7))
     assert returns_promptly(lambda: buf[1].item()) == 7
     assert returns_promptly(lambda: buf[0].item()) == 0
+    assert returns_promptly(buf.to_numpy).tolist() == [0, 7, 0]
+    assert "7" in returns_promptly(lambda: str(buf))
+    cap = returns_promptly(lambda: buf.__dlpack__(max_version=(1, 0), dl_device=(1, 0)))
+    assert np.from_dlpack(Holder(cap)).tolist() == [0, 7, 0]
 
 
 def test_chain_across_queues_needs_no_synchronization(acc):
