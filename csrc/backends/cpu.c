@@ -323,8 +323,8 @@ static mxd_status enqueue_ticket(cpu_queue *q, cpu_item *item, uint64_t *ticket,
     }
     item->ticket = atomic_load(&q->submitted) + 1;
     atomic_store(&q->submitted, item->ticket);
-    if (!item->join)
-        atomic_store(&q->accessed, item->ticket);
+    if (!item->join) /* under q->mu; readers compare it with completed */
+        atomic_store_explicit(&q->accessed, item->ticket, memory_order_release);
     if (q->tail)
         q->tail->next = item;
     else
