@@ -27,7 +27,7 @@ typedef enum item_kind {
     ITEM_HOST,         /* a user host function */
     ITEM_WAIT_POINT,   /* wait until another timeline reaches a ticket */
     ITEM_WAIT_VALUE,   /* wait until a flag holds a value */
-    ITEM_WAIT_FOREIGN, /* wait for an accelerator's event (a copy's join) */
+    ITEM_WAIT_COMPLETION, /* wait for another backend's completion */
     ITEM_STAMP,        /* write the time into a timing stamp */
     ITEM_KICKOFF,      /* reset a flag, hand a host function to the pool */
     ITEM_TRANSFER,     /* write a buffer: a staged copy or a fill */
@@ -44,18 +44,9 @@ typedef struct cpu_stamp {
     int64_t ns;
 } cpu_stamp;
 
-/* An event of another backend's queue, which this queue waits for. */
-typedef struct cpu_foreign_wait {
-    mxd_event_storage storage;
-    mxd_event *event;
-} cpu_foreign_wait;
-
 typedef struct cpu_item {
     struct cpu_item *next;
     item_kind kind;
-    /* A copy's join of this (its source's) queue: it orders later work
-     * only, touches no memory, so host access does not wait for it. */
-    bool join;
     uint64_t ticket;
     union {
         mxd_host_fn host;
@@ -69,7 +60,7 @@ typedef struct cpu_item {
         } wait;
         cpu_stamp *stamp;
         cpu_transfer *transfer;
-        cpu_foreign_wait *foreign;
+        mxd_completion *completion;
         struct {
             mxd_job job; /* the item itself becomes the pool job */
             mxd_host_fn fn;
@@ -87,8 +78,6 @@ struct cpu_queue {
     mxd_job drain;
     _Atomic uint64_t submitted;
     _Atomic uint64_t completed;
-    /* The last ticket that is not a join: what host access waits for. */
-    _Atomic uint64_t accessed;
     mxd_notifier done; /* notified whenever `completed` moves */
 };
 
@@ -205,14 +194,14 @@ static void run_item(cpu_item *item)
         mxd_flag_release(item->u.wait.flag);
         break;
     }
-    case ITEM_WAIT_FOREIGN: {
+    case ITEM_WAIT_COMPLETION: {
         /* On a pool thread, never a driver's callback thread: the other
          * backend's blocking wait is allowed here.  A failure (the device's
-         * error) only ends the wait: that queue reports it. */
+         * error, a poison) only ends the wait: it stays with the memory the
+         * failed operation wrote. */
         mxd_error ignored;
-        mxd_event_synchronize(item->u.foreign->event, NULL, &ignored);
-        mxd_event_fini(item->u.foreign->event);
-        free(item->u.foreign);
+        mxd_completion_wait(item->u.completion, NULL, &ignored);
+        mxd_completion_release(item->u.completion);
         break;
     }
     case ITEM_STAMP:
@@ -299,7 +288,6 @@ static cpu_item *item_new(item_kind kind, mxd_error *err)
     }
     item->next = NULL;
     item->kind = kind;
-    item->join = kind == ITEM_WAIT_FOREIGN;
     return item;
 }
 
@@ -323,8 +311,6 @@ static mxd_status enqueue_ticket(cpu_queue *q, cpu_item *item, uint64_t *ticket,
     }
     item->ticket = atomic_load(&q->submitted) + 1;
     atomic_store(&q->submitted, item->ticket);
-    if (!item->join) /* under q->mu; readers compare it with completed */
-        atomic_store_explicit(&q->accessed, item->ticket, memory_order_release);
     if (q->tail)
         q->tail->next = item;
     else
@@ -341,9 +327,9 @@ static mxd_status enqueue(cpu_queue *q, cpu_item *item, mxd_error *err)
     return enqueue_ticket(q, item, NULL, err);
 }
 
-/* Makes later work on q wait for `point` (`join`: for a copy, see
- * cpu_item); consumes the point's reference. */
-static mxd_status enqueue_wait_point(cpu_queue *q, cpu_point point, bool join,
+/* Makes later work on q wait for `point`; consumes the point's
+ * reference. */
+static mxd_status enqueue_wait_point(cpu_queue *q, cpu_point point,
                                      mxd_error *err)
 {
     if (!point.queue)
@@ -357,7 +343,6 @@ static mxd_status enqueue_wait_point(cpu_queue *q, cpu_point point, bool join,
     if (item) {
         item->u.point.queue = point.queue;
         item->u.point.ticket = point.ticket;
-        item->join = join;
         st = enqueue(q, item, err);
         if (st != MXD_OK)
             free(item);
@@ -394,7 +379,6 @@ static mxd_status cpu_queue_create(mxd_device *dev, mxd_queue **out,
     q->drain.run = drain;
     atomic_init(&q->submitted, 0);
     atomic_init(&q->completed, 0);
-    atomic_init(&q->accessed, 0);
     *out = &q->base;
     return MXD_OK;
 }
@@ -427,21 +411,11 @@ static mxd_status cpu_queue_synchronize(mxd_queue *base, const mxd_wait *wait,
     return wait_point(q, atomic_load(&q->submitted), wait, err);
 }
 
-/* Everything but trailing joins: the memory is as the queue's work so far
- * leaves it once that has run. */
-static mxd_status cpu_queue_wait_host_access(mxd_queue *base,
-                                             const mxd_wait *wait,
-                                             mxd_error *err)
-{
-    cpu_queue *q = as_cpu_queue(base);
-    return wait_point(q, atomic_load(&q->accessed), wait, err);
-}
-
 static mxd_status cpu_queue_wait_queue(mxd_queue *q, mxd_queue *other,
                                        mxd_error *err)
 {
     return enqueue_wait_point(as_cpu_queue(q),
-                              current_point(as_cpu_queue(other)), false, err);
+                              current_point(as_cpu_queue(other)), err);
 }
 
 /* Where ev was recorded, retained; NULL queue when unrecorded or complete
@@ -462,7 +436,7 @@ static mxd_status cpu_queue_wait_event(mxd_queue *q, mxd_event *ev,
                                        mxd_error *err)
 {
     return enqueue_wait_point(as_cpu_queue(q), event_point(as_cpu_event(ev)),
-                              false, err);
+                              err);
 }
 
 static mxd_status cpu_queue_wait_value(mxd_queue *base, mxd_flag *flag,
@@ -483,34 +457,6 @@ static mxd_status cpu_queue_wait_value(mxd_queue *base, mxd_flag *flag,
     if (st != MXD_OK) {
         mxd_flag_release(flag);
         free(item);
-    }
-    return st;
-}
-
-static mxd_status cpu_queue_wait_foreign(mxd_queue *q, mxd_queue *other,
-                                         mxd_error *err)
-{
-    cpu_foreign_wait *w = malloc(sizeof *w);
-    if (!w)
-        return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
-    mxd_status st =
-        mxd_event_init(&w->storage, other->device, false, &w->event, err);
-    if (st != MXD_OK) {
-        free(w);
-        return st;
-    }
-    cpu_item *item = NULL;
-    st = mxd_queue_record(other, w->event, err);
-    if (st == MXD_OK && !(item = item_new(ITEM_WAIT_FOREIGN, err)))
-        st = MXD_NO_MEMORY;
-    if (st == MXD_OK) {
-        item->u.foreign = w;
-        st = enqueue(as_cpu_queue(q), item, err);
-    }
-    if (st != MXD_OK) {
-        free(item);
-        mxd_event_fini(w->event);
-        free(w);
     }
     return st;
 }
@@ -695,6 +641,73 @@ static mxd_status cpu_event_elapsed(mxd_event *start, mxd_event *end,
     return st;
 }
 
+/* ---- Completions -------------------------------------------------------- */
+
+/* A CPU completion is a ticket of its queue's timeline: ticket 0 (a
+ * poisoned completion's) is the start, always reached. */
+static const cpu_queue *completion_queue(const mxd_completion *c)
+{
+    return (const cpu_queue *)c->queue;
+}
+
+static mxd_status cpu_completion_record(mxd_queue *q, mxd_completion *c,
+                                        mxd_error *err)
+{
+    (void)err;
+    c->ticket = c->seq = atomic_load(&as_cpu_queue(q)->submitted);
+    return MXD_OK;
+}
+
+static void cpu_completion_fini(mxd_completion *c)
+{
+    (void)c; /* a ticket holds nothing */
+}
+
+static bool cpu_completion_known_done(const mxd_completion *c)
+{
+    return point_reached(completion_queue(c), c->ticket);
+}
+
+static mxd_status cpu_completion_query(mxd_completion *c, mxd_error *err)
+{
+    (void)err;
+    return cpu_completion_known_done(c) ? MXD_OK : MXD_TIMEOUT;
+}
+
+static mxd_status cpu_completion_wait(mxd_completion *c, const mxd_wait *wait,
+                                      mxd_error *err)
+{
+    return wait_point(as_cpu_queue(c->queue), c->ticket, wait, err);
+}
+
+static bool cpu_completion_behind_caller(const mxd_completion *c)
+{
+    return completion_queue(c) == running_queue && c->ticket >= running_ticket;
+}
+
+static mxd_status cpu_queue_wait_completion(mxd_queue *base, mxd_completion *c,
+                                            mxd_error *err)
+{
+    cpu_queue *q = as_cpu_queue(base);
+    if (c->ops == &mxd_cpu_backend) {
+        mxd_queue_retain(c->queue);
+        return enqueue_wait_point(q, (cpu_point){as_cpu_queue(c->queue),
+                                                 c->ticket},
+                                  err);
+    }
+    cpu_item *item = item_new(ITEM_WAIT_COMPLETION, err);
+    if (!item)
+        return MXD_NO_MEMORY;
+    mxd_completion_retain(c);
+    item->u.completion = c;
+    mxd_status st = enqueue(q, item, err);
+    if (st != MXD_OK) {
+        mxd_completion_release(c);
+        free(item);
+    }
+    return st;
+}
+
 /* ---- Flags -------------------------------------------------------------- */
 
 static mxd_status cpu_flag_slot_alloc(mxd_flag *flag, mxd_error *err)
@@ -840,10 +853,8 @@ const mxd_backend mxd_cpu_backend = {
     .queue_native = cpu_queue_native,
     .queue_is_idle = cpu_queue_is_idle,
     .queue_synchronize = cpu_queue_synchronize,
-    .queue_wait_host_access = cpu_queue_wait_host_access,
     .queue_wait_queue = cpu_queue_wait_queue,
     .queue_wait_event = cpu_queue_wait_event,
-    .queue_wait_foreign = cpu_queue_wait_foreign,
     .queue_wait_value = cpu_queue_wait_value,
     .queue_host_fn = cpu_queue_host_fn,
     .queue_async_kickoff = cpu_queue_async_kickoff,
@@ -853,6 +864,13 @@ const mxd_backend mxd_cpu_backend = {
     .event_query = cpu_event_query,
     .event_synchronize = cpu_event_synchronize,
     .event_elapsed = cpu_event_elapsed,
+    .completion_record = cpu_completion_record,
+    .completion_fini = cpu_completion_fini,
+    .completion_query = cpu_completion_query,
+    .completion_known_done = cpu_completion_known_done,
+    .completion_wait = cpu_completion_wait,
+    .completion_behind_caller = cpu_completion_behind_caller,
+    .queue_wait_completion = cpu_queue_wait_completion,
     .flag_slot_alloc = cpu_flag_slot_alloc,
     .flag_slot_free = cpu_flag_slot_free,
     .runs_host_fn_of = cpu_runs_host_fn_of,

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "hazard.h"
 #include "memory.h"
 #include "mxd.h"
 #include "sync.h"
@@ -63,13 +64,14 @@ struct mxd_memory {
     mxd_memory_kind kind;
     bool pinned;   /* host memory mapped into an accelerator */
     bool readonly; /* foreign memory nothing of ours may write */
+    bool tracked;  /* false for MXD_ALLOC_UNTRACKED memory */
     void *host;    /* NULL for device memory */
     uintptr_t device_ptr;
     int64_t size;
-    mxd_queue *queue;  /* the owner (retained): frees go in its order */
-    mxd_spinlock lock; /* guards users */
-    /* Other queues it was handed to (retained), a list (memory.c). */
-    struct mxd_memory_user *users;
+    mxd_queue *queue; /* the owner (retained): frees go in its order */
+    /* What its operations wait for (hazard.h); kept for untracked memory
+     * too, whose frees still wait for every operation that used it. */
+    mxd_record record;
     mxd_host_fn release; /* foreign memory: gives it back */
     void *backend_data;  /* e.g. the pinned-pool block */
 };
@@ -104,21 +106,12 @@ struct mxd_backend {
     bool (*enqueue_may_block)(const mxd_queue *q);
     /* True when the calling thread runs a host function of q. */
     bool (*runs_host_fn_of)(const mxd_queue *q);
-    /* Optional (GPUs): see mxd_queue_order_native. */
-    mxd_status (*order_native)(mxd_queue *q, uintptr_t native, mxd_error *err);
     uintptr_t (*queue_native)(const mxd_queue *q);
     bool (*queue_is_idle)(const mxd_queue *q);
     mxd_status (*queue_synchronize)(mxd_queue *q, const mxd_wait *wait,
                                     mxd_error *err);
-    /* Optional (NULL: queue_synchronize).  See mxd_queue_wait_host_access. */
-    mxd_status (*queue_wait_host_access)(mxd_queue *q, const mxd_wait *wait,
-                                         mxd_error *err);
     mxd_status (*queue_wait_queue)(mxd_queue *q, mxd_queue *other,
                                    mxd_error *err);
-    /* Optional (the CPU backend): as queue_wait_queue for a queue of
-     * another backend (see mxd_queue_join). */
-    mxd_status (*queue_wait_foreign)(mxd_queue *q, mxd_queue *other,
-                                     mxd_error *err);
     mxd_status (*queue_wait_event)(mxd_queue *q, mxd_event *ev, mxd_error *err);
     mxd_status (*queue_wait_value)(mxd_queue *q, mxd_flag *flag, uint64_t value,
                                    mxd_error *err);
@@ -140,15 +133,44 @@ struct mxd_backend {
     mxd_status (*event_elapsed)(mxd_event *start, mxd_event *end, double *ms,
                                 mxd_error *err);
 
+    /* Completions (hazard.h).  record sets c, allocated for q, to the
+     * current end of q; fini releases what the point holds. */
+    mxd_status (*completion_record)(mxd_queue *q, mxd_completion *c,
+                                    mxd_error *err);
+    void (*completion_fini)(mxd_completion *c);
+    /* Never blocks: MXD_OK when the point completed, MXD_TIMEOUT while it
+     * has not, or the driver's error for the work before it. */
+    mxd_status (*completion_query)(mxd_completion *c, mxd_error *err);
+    /* True when known complete without asking the driver. */
+    bool (*completion_known_done)(const mxd_completion *c);
+    /* Waits on the host (inside a host function of c's queue that runs
+     * before the point, such a wait fails: it would wait for itself). */
+    mxd_status (*completion_wait)(mxd_completion *c, const mxd_wait *wait,
+                                  mxd_error *err);
+    /* True when the calling thread runs a host function of c's queue that
+     * comes before c's point (host access then does not wait for c). */
+    bool (*completion_behind_caller)(const mxd_completion *c);
+    /* Work enqueued on q afterwards waits for c, a completion of any
+     * backend, on another queue, not known done. */
+    mxd_status (*queue_wait_completion)(mxd_queue *q, mxd_completion *c,
+                                        mxd_error *err);
+    /* Optional (GPUs): work enqueued afterwards on `native`, a stream of
+     * dev, waits for c, a completion of this backend (mxd_order_native). */
+    mxd_status (*native_wait_completion)(mxd_device *dev, uintptr_t native,
+                                         mxd_completion *c, mxd_error *err);
+
     /* Flags: allocate and free the slot (pinned, mapped memory on GPUs). */
     mxd_status (*flag_slot_alloc)(mxd_flag *flag, mxd_error *err);
     void (*flag_slot_free)(mxd_flag *flag);
 
     /* Memory: alloc returns an object whose generic part is zeroed (the
      * generic layer fills it in), with host, device_ptr and
-     * backend_data set; `bytes` is at least 1. */
+     * backend_data set; `bytes` is at least 1.  Memory allocated in q's
+     * order sets *born to the allocation's completion (the record's first
+     * write: other queues' work waits for it), else leaves it NULL. */
     mxd_status (*memory_alloc)(mxd_queue *q, int64_t bytes, bool pinned,
-                               mxd_memory **out, mxd_error *err);
+                               mxd_memory **out, mxd_completion **born,
+                               mxd_error *err);
     /* Optional (GPUs): the device address of page-locked host memory
      * mapped into dev (someone else's: DLPack's CUDA-host / ROCm-host);
      * fails when the driver does not know the memory as mapped. */
@@ -170,6 +192,18 @@ struct mxd_backend {
     mxd_status (*fill)(const mxd_view *dst, const mxd_copy_plan *plan,
                        const void *element, const mxd_wait *wait,
                        mxd_trace_note *note, mxd_error *err);
+    /* Optional (GPUs; host-visible memory needs none): host access to
+     * device memory (mxd_read_host, mxd_write_host).  `plan` moves the
+     * bytes between the view (its offsets) and the packed host side.  The
+     * backend orders itself with mxd_hazard_lock_settled; `own_queue`
+     * (untracked memory) runs the copy on the view's queue instead of a
+     * queue of the module's own. */
+    mxd_status (*host_read)(const mxd_view *src, const mxd_copy_plan *plan,
+                            void *dst, bool own_queue, const mxd_wait *wait,
+                            mxd_trace_note *note, mxd_error *err);
+    mxd_status (*host_write)(const mxd_view *dst, const mxd_copy_plan *plan,
+                             const void *src, const mxd_wait *wait,
+                             mxd_trace_note *note, mxd_error *err);
 };
 
 extern const mxd_backend mxd_cpu_backend;
@@ -242,18 +276,18 @@ void mxd_selection_fork_child(void);
 
 /* ---- Memory (memory.c) -------------------------------------------------- */
 
-/* Calls visit(queue, ctx) for every queue besides its owner that m was
- * handed to.  Only for memory past its last release (nobody can add a
- * user meanwhile), so visit runs without a lock and may call the driver. */
-void mxd_memory_visit_users(mxd_memory *m,
-                            void (*visit)(mxd_queue *user, void *ctx),
-                            void *ctx);
-/* Releases the owner and user queues: the last step before a backend
+/* Drops the record and the owner queue: the last step before a backend
  * frees the object. */
 void mxd_memory_drop_queues(mxd_memory *m);
 /* For foreign memory once nothing uses it: drops the queues, frees the
  * object and runs its release function (inside the host runner). */
 void mxd_memory_release_foreign(mxd_memory *m);
+
+/* A view's memory and queue are of this process and of one device, and its
+ * layout lies inside the memory; `which` names it in the message
+ * ("destination ", "source ", or ""). */
+mxd_status mxd_view_check(const mxd_view *v, const char *which,
+                          mxd_error *err);
 
 /* Unlinks a retired queue from its device and destroys it (queue.c). */
 void mxd_queue_finish_retire(mxd_queue *q);

@@ -1,14 +1,9 @@
-/* Memory: reference counting, the queues that use it, and the checks and
- * plans every backend's copies and fills share. */
+/* Memory: reference counting, and the checks and plans every backend's
+ * copies and fills share. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
-
-typedef struct mxd_memory_user {
-    struct mxd_memory_user *next;
-    mxd_queue *queue;
-} user_node;
 
 static void init_generic(mxd_memory *m, mxd_queue *q, mxd_memory_kind kind,
                          int64_t size)
@@ -20,8 +15,9 @@ static void init_generic(mxd_memory *m, mxd_queue *q, mxd_memory_kind kind,
     m->kind = kind;
     m->size = size;
     m->queue = q;
+    m->tracked = true;
     mxd_queue_retain(q);
-    mxd_spin_init(&m->lock);
+    mxd_record_init(&m->record);
 }
 
 static mxd_status check_queue(const mxd_queue *q, mxd_error *err)
@@ -31,7 +27,7 @@ static mxd_status check_queue(const mxd_queue *q, mxd_error *err)
     return mxd_device_check(q->device, err);
 }
 
-mxd_status mxd_memory_alloc(mxd_queue *q, int64_t bytes, bool pinned,
+mxd_status mxd_memory_alloc(mxd_queue *q, int64_t bytes, unsigned flags,
                             mxd_memory **out, mxd_error *err)
 {
     mxd_status st = check_queue(q, err);
@@ -40,10 +36,12 @@ mxd_status mxd_memory_alloc(mxd_queue *q, int64_t bytes, bool pinned,
     if (bytes < 0)
         return mxd_fail(err, MXD_INVALID, "cannot allocate %lld bytes",
                         (long long)bytes);
-    pinned = pinned && !mxd_device_is_host(q->device);
+    bool pinned = (flags & MXD_ALLOC_PINNED) && !mxd_device_is_host(q->device);
     mxd_memory *m;
+    mxd_completion *born = NULL;
     /* Zero bytes still get an address of their own (a non-null pointer). */
-    st = q->ops->memory_alloc(q, bytes > 0 ? bytes : 1, pinned, &m, err);
+    st = q->ops->memory_alloc(q, bytes > 0 ? bytes : 1, pinned, &m, &born,
+                              err);
     if (st != MXD_OK)
         return st;
     mxd_memory_kind kind = mxd_device_is_host(q->device) ? MXD_MEMORY_HOST
@@ -51,6 +49,11 @@ mxd_status mxd_memory_alloc(mxd_queue *q, int64_t bytes, bool pinned,
                                                          : MXD_MEMORY_DEVICE;
     init_generic(m, q, kind, bytes);
     m->pinned = pinned;
+    m->tracked = !(flags & MXD_ALLOC_UNTRACKED);
+    if (born) { /* nobody else can reach the record yet: no lock */
+        mxd_hazard_note(NULL, m, born);
+        mxd_completion_release(born);
+    }
     *out = m;
     return MXD_OK;
 }
@@ -101,53 +104,9 @@ void mxd_memory_release(mxd_memory *m)
     m->ops->memory_free(m);
 }
 
-mxd_status mxd_memory_use_on(mxd_memory *m, mxd_queue *q, mxd_error *err)
-{
-    if (q == m->queue)
-        return MXD_OK;
-    if (q->device != m->device)
-        return mxd_fail(err, MXD_INVALID,
-                        "the memory is on %s device %d, the queue on %s "
-                        "device %d",
-                        m->ops->api, m->device->id, q->ops->api, q->device->id);
-    user_node *node = malloc(sizeof *node);
-    if (!node)
-        return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
-    node->queue = q;
-    bool known = false;
-    mxd_spin_lock(&m->lock);
-    for (user_node *n = m->users; n && !known; n = n->next)
-        known = n->queue == q;
-    if (!known) {
-        node->next = m->users;
-        m->users = node;
-    }
-    mxd_spin_unlock(&m->lock);
-    if (known)
-        free(node);
-    else
-        mxd_queue_retain(q);
-    return MXD_OK;
-}
-
-void mxd_memory_visit_users(mxd_memory *m,
-                            void (*visit)(mxd_queue *user, void *ctx),
-                            void *ctx)
-{
-    for (user_node *u = m->users; u; u = u->next)
-        visit(u->queue, ctx);
-}
-
 void mxd_memory_drop_queues(mxd_memory *m)
 {
-    user_node *n = m->users;
-    m->users = NULL;
-    while (n) {
-        user_node *next = n->next;
-        mxd_queue_release(n->queue);
-        free(n);
-        n = next;
-    }
+    mxd_record_fini(&m->record);
     mxd_queue_release(m->queue);
 }
 
@@ -179,6 +138,11 @@ bool mxd_memory_is_readonly(const mxd_memory *m)
     return m->readonly;
 }
 
+bool mxd_memory_is_tracked(const mxd_memory *m)
+{
+    return m->tracked;
+}
+
 void *mxd_memory_host(const mxd_memory *m)
 {
     return m->host;
@@ -196,14 +160,13 @@ int64_t mxd_memory_size(const mxd_memory *m)
 
 /* ---- Copies and fills --------------------------------------------------- */
 
-static mxd_status check_view(const mxd_view *v, const char *which,
-                             mxd_error *err)
+mxd_status mxd_view_check(const mxd_view *v, const char *which, mxd_error *err)
 {
     if (mxd_stale(v->memory->epoch) || mxd_queue_is_stale(v->queue))
         return mxd_fail_stale(err, "Buffer");
     if (v->queue->device != v->memory->device)
         return mxd_fail(err, MXD_INVALID,
-                        "the %s buffer is bound to a queue of another device",
+                        "the %sbuffer is bound to a queue of another device",
                         which);
     return mxd_layout_check(&v->layout, err);
 }
@@ -270,9 +233,9 @@ static const mxd_backend *copier(const mxd_view *dst, const mxd_view *src)
 mxd_status mxd_copy(const mxd_view *dst, const mxd_view *src,
                     const mxd_wait *wait, mxd_error *err)
 {
-    mxd_status st = check_view(dst, "destination", err);
+    mxd_status st = mxd_view_check(dst, "destination ", err);
     if (st == MXD_OK)
-        st = check_view(src, "source", err);
+        st = mxd_view_check(src, "source ", err);
     if (st != MXD_OK)
         return st;
     if (dst->memory->readonly)
@@ -315,7 +278,7 @@ mxd_status mxd_copy(const mxd_view *dst, const mxd_view *src,
 mxd_status mxd_fill(const mxd_view *dst, const void *element,
                     const mxd_wait *wait, mxd_error *err)
 {
-    mxd_status st = check_view(dst, "destination", err);
+    mxd_status st = mxd_view_check(dst, "destination ", err);
     if (st != MXD_OK)
         return st;
     if (dst->memory->readonly)

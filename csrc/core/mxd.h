@@ -33,6 +33,8 @@ typedef enum mxd_status {
     MXD_IMPORT,       /* a forced backend cannot be used      -> ImportError  */
     MXD_BAD_TYPE,     /* an argument of the wrong kind        -> TypeError    */
     MXD_OUT_OF_RANGE, /* an index outside its dimension      -> IndexError   */
+    MXD_HAZARD,       /* the producer of the memory failed   -> HostHazardError
+                         (a RuntimeError) */
 } mxd_status;
 
 typedef struct mxd_error {
@@ -46,6 +48,7 @@ typedef struct mxd_device mxd_device;
 typedef struct mxd_queue mxd_queue;
 typedef struct mxd_event mxd_event;
 typedef struct mxd_flag mxd_flag;
+typedef struct mxd_completion mxd_completion;
 
 /* How to wait: every blocking call waits in bounded slices and calls
  * `poll` between them (with no lock held); a non-zero return stops the wait
@@ -177,15 +180,6 @@ bool mxd_queue_is_stale(const mxd_queue *q);
 bool mxd_queue_is_idle(const mxd_queue *q);
 mxd_status mxd_queue_synchronize(mxd_queue *q, const mxd_wait *wait,
                                  mxd_error *err);
-/* Before the host reads or writes memory bound to q: waits for the work
- * enqueued on q so far, except inside a host function of q itself, which
- * sees the memory as q's earlier work left it (later work has not
- * started) and so does not wait, and except the joins that copies from
- * q's memory left at its end (mxd_queue_join): they order q's later work
- * after the copy but touch no memory, and waiting for them would make the
- * host wait for the copy's destination queue (SPEC §12.6). */
-mxd_status mxd_queue_wait_host_access(mxd_queue *q, const mxd_wait *wait,
-                                      mxd_error *err);
 /* Work enqueued on q afterwards waits for all work on `other` so far. */
 mxd_status mxd_queue_wait_queue(mxd_queue *q, mxd_queue *other, mxd_error *err);
 /* Work enqueued on q afterwards waits for the point `ev` is recorded at
@@ -194,12 +188,6 @@ mxd_status mxd_queue_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err);
 /* Work enqueued on q afterwards waits until flag's value equals `value`. */
 mxd_status mxd_queue_wait_value(mxd_queue *q, mxd_flag *flag, uint64_t value,
                                 mxd_error *err);
-/* Work enqueued afterwards on `native` (a CUstream / hipStream_t of q's
- * device, not necessarily ours, or the drivers' special handles) waits for
- * the work enqueued on q so far, without blocking the host.  RuntimeError
- * on the CPU, which has no native streams. */
-mxd_status mxd_queue_order_native(mxd_queue *q, uintptr_t native,
-                                  mxd_error *err);
 /* Runs fn after earlier work on q; later work waits for it.  On success the
  * queue owns fn.data (run or discard frees it); on failure the caller does. */
 mxd_status mxd_queue_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_error *err);
@@ -233,6 +221,39 @@ mxd_status mxd_event_synchronize(mxd_event *ev, const mxd_wait *wait,
                                  mxd_error *err);
 mxd_status mxd_event_elapsed(mxd_event *start, mxd_event *end, double *ms,
                              mxd_error *err);
+
+/* ---- Completions (SPEC §12.6: HostHazardCompletion) --------------------- */
+
+/* A completion names a point in one queue's order: the end of an operation
+ * this module enqueued (the hazard records of memory.h hold them), or a
+ * point the user recorded.  Reference counted; it keeps its queue alive.
+ * A poisoned completion (its operation failed, or the user said so) is
+ * ready, and waiting for it fails with MXD_HAZARD and the message. */
+
+/* A completion at the current end of q (everything enqueued so far). */
+mxd_status mxd_completion_record_on(mxd_queue *q, mxd_completion **out,
+                                    mxd_error *err);
+/* A completion of q that is ready and poisoned with `message`. */
+mxd_status mxd_completion_poisoned(mxd_queue *q, const char *message,
+                                   mxd_completion **out, mxd_error *err);
+void mxd_completion_retain(mxd_completion *c);
+void mxd_completion_release(mxd_completion *c);
+/* Borrowed; lives as long as c. */
+mxd_queue *mxd_completion_queue(const mxd_completion *c);
+/* *ready when the point completed or c is poisoned.  A driver error seen
+ * here poisons the completion of an operation (ready) and is returned for
+ * one made by mxd_completion_record_on (a ValueError, as synchronize). */
+mxd_status mxd_completion_query(mxd_completion *c, bool *ready,
+                                mxd_error *err);
+/* Waits until ready (on the host, in bounded slices); MXD_HAZARD with the
+ * poison message when c is (or becomes) poisoned. */
+mxd_status mxd_completion_wait(mxd_completion *c, const mxd_wait *wait,
+                               mxd_error *err);
+/* Poisons c; the first message stays (the first failure is the cause). */
+mxd_status mxd_completion_poison(mxd_completion *c, const char *message,
+                                 mxd_error *err);
+/* The poison message, or NULL; valid as long as c lives. */
+const char *mxd_completion_poison_message(const mxd_completion *c);
 
 /* ---- Completion flags --------------------------------------------------- */
 

@@ -118,29 +118,6 @@ mxd_status mxd_queue_synchronize(mxd_queue *q, const mxd_wait *wait,
     return st != MXD_OK ? st : q->ops->queue_synchronize(q, wait, err);
 }
 
-mxd_status mxd_queue_wait_host_access(mxd_queue *q, const mxd_wait *wait,
-                                      mxd_error *err)
-{
-    if (!mxd_stale(q->epoch) && q->ops->runs_host_fn_of(q))
-        return MXD_OK;
-    if (mxd_stale(q->epoch) || !q->ops->queue_wait_host_access)
-        return mxd_queue_synchronize(q, wait, err);
-    return q->ops->queue_wait_host_access(q, wait, err);
-}
-
-mxd_status mxd_queue_order_native(mxd_queue *q, uintptr_t native,
-                                  mxd_error *err)
-{
-    mxd_status st = check_fresh(err, q, NULL, NULL, NULL);
-    if (st != MXD_OK)
-        return st;
-    if (!q->ops->order_native)
-        return mxd_fail(err, MXD_UNAVAILABLE,
-                        "%s queues have no native streams to order",
-                        q->ops->api);
-    return q->ops->order_native(q, native, err);
-}
-
 static mxd_status cross_backend(mxd_error *err, const mxd_queue *q,
                                 const char *what, const mxd_device *other)
 {
@@ -161,18 +138,6 @@ mxd_status mxd_queue_wait_queue(mxd_queue *q, mxd_queue *other, mxd_error *err)
     if (q->ops != other->ops)
         return cross_backend(err, q, "a queue", other->device);
     return q->ops->queue_wait_queue(q, other, err);
-}
-
-mxd_status mxd_queue_join(mxd_queue *q, mxd_queue *other, mxd_error *err)
-{
-    if (q->ops == other->ops)
-        return mxd_queue_wait_queue(q, other, err);
-    mxd_status st = check_fresh(err, q, other, NULL, NULL);
-    if (st != MXD_OK)
-        return st;
-    if (!q->ops->queue_wait_foreign)
-        return cross_backend(err, q, "a queue", other->device);
-    return q->ops->queue_wait_foreign(q, other, err);
 }
 
 mxd_status mxd_queue_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err)

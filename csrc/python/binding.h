@@ -40,6 +40,14 @@ typedef struct binding_bridge {
     int np_dtype_count;
 } binding_bridge;
 
+/* Usage flags (SPEC §12.2): MAX's values. */
+enum {
+    BUFFER_USAGE_DEFAULT = 0,
+    BUFFER_USAGE_STAGING = 1,
+    BUFFER_USAGE_UNTRACKED = 2,
+    BUFFER_USAGES = 4,
+};
+
 /* Per-module-object state: the heap types and the cached Device objects
  * (so that CPU() is CPU() and queue.device is the same object). */
 typedef struct binding_state {
@@ -58,7 +66,9 @@ typedef struct binding_state {
     PyObject *operation_kind;       /* LaunchTraceEntry.OperationKind */
     PyObject *memcpy_kind;          /* LaunchTraceEntry.MemcpyKind */
     PyObject *usage_type;           /* Usage, an enum.Flag */
-    PyObject *usages[2];            /* Usage.DEFAULT, Usage.STAGING */
+    /* Usage(i) for every combination of DEFAULT, STAGING, UNTRACKED. */
+    PyObject *usages[BUFFER_USAGES];
+    PyTypeObject *completion_type; /* HostHazardCompletion */
     PyObject *cpu;                  /* the one CPU Device object */
     PyObject **accelerators;        /* per id, created on first use */
     int accelerator_count;
@@ -66,8 +76,6 @@ typedef struct binding_state {
 } binding_state;
 
 /* ---- Buffers (buffer.c, buffer_view.c, buffer_copy.c, dlpack.c) --------- */
-
-enum { BUFFER_USAGE_DEFAULT = 0, BUFFER_USAGE_STAGING = 1 };
 
 /* A view of memory: rank dimensions, stored inline after the fixed part
  * (shape then strides, in elements), so a Buffer is one allocation. */
@@ -129,16 +137,17 @@ int binding_parse_shape(const char *fname, PyObject *obj, int64_t *shape);
 PyObject *binding_parse_target(binding_state *st, const char *fname,
                                const char *param, PyObject *obj);
 
-/* Waits (GIL released, interruptible) before a host access of b. */
+/* Waits (GIL released, interruptible) before the host reads b through an
+ * alias: for its storage's last write (SPEC §12.6). */
 int binding_buffer_host_wait(BufferObject *b);
 /* Copies src's elements into dst (GIL released); -1 with an exception. */
 int binding_buffer_copy_into(BufferObject *dst, BufferObject *src);
 /* A new contiguous copy of `self` bound to `stream`. */
 PyObject *binding_buffer_copy_to(PyObject *self, PyObject *stream);
-/* A copy in CPU memory for the host to read (to_numpy, a DLPack export to
- * the CPU), complete on return: bound to a CPU queue of its own, so that
- * it waits for the buffer's queue only, never for the work of a CPU queue
- * (the CPU's default queue may be busy or gated; SPEC §12.6). */
+/* A contiguous copy in CPU memory for the host to read (to_numpy of device
+ * memory, a DLPack export to the CPU), complete on return, read as a host
+ * read (SPEC §12.6): after the storage's last write only.  Bound to the
+ * CPU's default queue, whose work it does not wait for. */
 PyObject *binding_buffer_host_copy(PyObject *self);
 
 /* The element count (the product of the shape). */
@@ -168,6 +177,16 @@ PyObject *binding_buffer_copy(PyObject *self, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames);
 PyObject *binding_buffer_contiguous(PyObject *self, PyObject *unused);
 PyObject *binding_buffer_to(PyObject *self, PyObject *target);
+PyObject *binding_buffer_stamp_write(PyObject *self, PyObject *completion);
+PyObject *binding_buffer_stamp_read(PyObject *self, PyObject *completion);
+/* batch_inplace_copy(dsts, srcs), copy_pinned_to_destinations(source,
+ * destinations): module functions (buffer_copy.c). */
+PyObject *binding_batch_inplace_copy(PyObject *module, PyObject *const *args,
+                                     Py_ssize_t nargs, PyObject *kwnames);
+PyObject *binding_copy_pinned_to_destinations(PyObject *module,
+                                              PyObject *const *args,
+                                              Py_ssize_t nargs,
+                                              PyObject *kwnames);
 PyObject *binding_buffer_dlpack(PyObject *self, PyObject *const *args,
                                 Py_ssize_t nargs, PyObject *kwnames);
 PyObject *binding_buffer_dlpack_device(PyObject *self, PyObject *unused);
@@ -232,6 +251,13 @@ typedef struct FlagObject {
     mxd_flag *flag; /* one reference owned */
 } FlagObject;
 
+typedef struct CompletionObject {
+    PyObject_HEAD
+    mxd_completion *completion; /* one reference owned; NULL until made */
+} CompletionObject;
+
+int binding_add_completion_type(PyObject *module, binding_state *st);
+
 /* ---- Type creation (one per file) --------------------------------------- */
 
 /* Creates a heap type of the module from spec (with `base`, may be NULL)
@@ -264,6 +290,10 @@ PyObject *binding_device_default_queue(DeviceObject *self);
 PyObject *binding_queue_wrap(binding_state *st, mxd_queue *queue);
 
 /* ---- Errors (errors.c) -------------------------------------------------- */
+
+/* HostHazardError (a RuntimeError), made once per process like the core
+ * it reports for (errors.c; added to the module by module.c). */
+PyObject *binding_hazard_error(void);
 
 /* Sets the Python exception for a failed core call; returns NULL. */
 PyObject *binding_raise(const mxd_error *err);

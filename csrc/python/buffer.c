@@ -175,13 +175,14 @@ PyObject *binding_parse_target(binding_state *st, const char *fname,
 
 static int parse_usage(binding_state *st, const char *fname, PyObject *obj)
 {
-    if (obj == NULL || obj == st->usages[BUFFER_USAGE_DEFAULT])
+    if (obj == NULL)
         return BUFFER_USAGE_DEFAULT;
-    if (obj == st->usages[BUFFER_USAGE_STAGING])
-        return BUFFER_USAGE_STAGING;
+    for (int i = 0; i < BUFFER_USAGES; i++)
+        if (obj == st->usages[i])
+            return i;
     PyErr_Format(PyExc_TypeError,
                  "%s(): argument 'usage' must be a max.driver.Usage "
-                 "(DEFAULT or STAGING), not %R",
+                 "(DEFAULT, STAGING, UNTRACKED or a combination), not %R",
                  fname, obj);
     return -1;
 }
@@ -193,11 +194,20 @@ static mxd_device *target_device(PyObject *stream)
 
 /* ---- Allocation --------------------------------------------------------- */
 
-static bool wants_pinned(binding_state *st, PyTypeObject *type, int usage,
-                         PyObject *stream)
+/* What the core allocates: pinned memory for STAGING on an accelerator;
+ * no hazard record for UNTRACKED, and for DevicePinnedBuffer, untracked as
+ * MAX's is (SPEC §12.3). */
+static unsigned alloc_flags(binding_state *st, PyTypeObject *type, int usage,
+                            PyObject *stream)
 {
-    return !mxd_device_is_host(target_device(stream)) &&
-           (type == st->pinned_buffer_type || usage == BUFFER_USAGE_STAGING);
+    bool pinned_type = type == st->pinned_buffer_type;
+    unsigned flags = 0;
+    if (!mxd_device_is_host(target_device(stream)) &&
+        (pinned_type || (usage & BUFFER_USAGE_STAGING)))
+        flags |= MXD_ALLOC_PINNED;
+    if (pinned_type || (usage & BUFFER_USAGE_UNTRACKED))
+        flags |= MXD_ALLOC_UNTRACKED;
+    return flags;
 }
 
 PyObject *binding_buffer_alloc(binding_state *st, PyTypeObject *type,
@@ -212,12 +222,12 @@ PyObject *binding_buffer_alloc(binding_state *st, PyTypeObject *type,
         return binding_raise(&err);
     mxd_contiguous_strides(rank, shape, strides);
     mxd_queue *queue = ((QueueObject *)stream)->queue;
-    bool pinned = wants_pinned(st, type, usage, stream);
+    unsigned flags = alloc_flags(st, type, usage, stream);
     mxd_memory *memory;
     mxd_status status;
     /* On a GPU this enqueues (cuMemAllocAsync), which may block. */
     BINDING_ENQUEUE(
-        queue, status = mxd_memory_alloc(queue, bytes, pinned, &memory, &err));
+        queue, status = mxd_memory_alloc(queue, bytes, flags, &memory, &err));
     if (status != MXD_OK)
         return binding_raise(&err);
     mxd_layout layout = {
@@ -592,6 +602,12 @@ static PyObject *buffer_get_usage(PyObject *self, void *closure)
     return Py_NewRef(binding_state_of(self)->usages[as_buffer(self)->usage]);
 }
 
+static PyObject *buffer_get_tracked(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(mxd_memory_is_tracked(as_buffer(self)->memory));
+}
+
 static PyGetSetDef buffer_getset[] = {
     {"device", buffer_get_device, NULL, "The owning Device (cached object).",
      NULL},
@@ -611,6 +627,10 @@ static PyGetSetDef buffer_getset[] = {
     {"pinned", buffer_get_pinned, NULL,
      "True for host memory pinned and mapped into an accelerator.", NULL},
     {"usage", buffer_get_usage, NULL, "The Usage asked for.", NULL},
+    {"_host_hazard_tracked", buffer_get_tracked, NULL,
+     "Whether the storage has a hazard record (False for Usage.UNTRACKED "
+     "and DevicePinnedBuffer).",
+     NULL},
     {"__cuda_array_interface__", binding_buffer_cuda_array_interface, NULL,
      "The CUDA array interface (version 3, with the buffer's queue as its "
      "stream); CUDA buffers only.",
@@ -815,6 +835,17 @@ static PyMethodDef buffer_methods[] = {
      BINDING_DOC("to_numpy", "($self, /)",
                  "A NumPy array: a writable zero-copy alias of CPU and "
                  "pinned memory, a copy of accelerator memory.")},
+    {"_stamp_write", binding_buffer_stamp_write, METH_O,
+     BINDING_DOC("_stamp_write", "($self, completion, /)",
+                 "Declares work the module does not see as the last write "
+                 "into the storage: later copies and host access wait for "
+                 "`completion` (a HostHazardCompletion); the reads recorded "
+                 "so far are dropped. No-op on untracked storage.")},
+    {"_stamp_read", binding_buffer_stamp_read, METH_O,
+     BINDING_DOC("_stamp_read", "($self, completion, /)",
+                 "Declares work the module does not see as a read of the "
+                 "storage: later writes wait for `completion`. No-op on "
+                 "untracked storage.")},
     {"_data_ptr", buffer_data_ptr, METH_NOARGS,
      BINDING_DOC("_data_ptr", "($self, /)",
                  "The address of the first element: the device address for "
@@ -904,39 +935,48 @@ static int load_dtypes(binding_state *st)
 }
 
 /* Usage, an enum.Flag with MAX's members. */
-static int make_usage(PyObject *module, binding_state *st)
+static PyObject *new_usage_type(void)
 {
     PyObject *enum_module = PyImport_ImportModule("enum");
     if (enum_module == NULL)
-        return -1;
+        return NULL;
     PyObject *flag = PyObject_GetAttrString(enum_module, "Flag");
     Py_DECREF(enum_module);
     PyObject *members =
-        flag ? Py_BuildValue("[(si)(si)]", "DEFAULT", 0, "STAGING", 1) : NULL;
+        flag ? Py_BuildValue("[(si)(si)(si)]", "DEFAULT", BUFFER_USAGE_DEFAULT,
+                             "STAGING", BUFFER_USAGE_STAGING, "UNTRACKED",
+                             BUFFER_USAGE_UNTRACKED)
+             : NULL;
     PyObject *kwargs =
         members ? Py_BuildValue("{s:s}", "module", "max._core.driver") : NULL;
     PyObject *args = kwargs ? Py_BuildValue("(sO)", "Usage", members) : NULL;
-    st->usage_type = args ? PyObject_Call(flag, args, kwargs) : NULL;
-    PyObject *doc =
-        st->usage_type
-            ? PyUnicode_FromString(
-                  "How a buffer's memory is allocated: DEFAULT, the device's "
-                  "own memory; STAGING, on an accelerator pinned host memory "
-                  "mapped into the device (on the CPU, ordinary memory).")
-            : NULL;
-    if (doc == NULL ||
-        PyObject_SetAttrString(st->usage_type, "__doc__", doc) < 0)
-        Py_CLEAR(st->usage_type);
-    Py_XDECREF(doc);
+    PyObject *type = args ? PyObject_Call(flag, args, kwargs) : NULL;
     Py_XDECREF(args);
     Py_XDECREF(kwargs);
     Py_XDECREF(members);
     Py_XDECREF(flag);
-    if (st->usage_type == NULL)
+    PyObject *doc =
+        type ? PyUnicode_FromString(
+                   "How a buffer's memory is allocated and ordered: DEFAULT, "
+                   "the device's own memory; STAGING, on an accelerator "
+                   "pinned host memory mapped into the device (on the CPU, "
+                   "ordinary memory); UNTRACKED, no hazard record: copies "
+                   "are ordered by queue order only and host access waits "
+                   "for nothing (item() waits for the buffer's queue).")
+             : NULL;
+    if (doc == NULL || PyObject_SetAttrString(type, "__doc__", doc) < 0)
+        Py_CLEAR(type);
+    Py_XDECREF(doc);
+    return type;
+}
+
+static int make_usage(PyObject *module, binding_state *st)
+{
+    if (!(st->usage_type = new_usage_type()))
         return -1;
-    static const char *const names[2] = {"DEFAULT", "STAGING"};
-    for (int i = 0; i < 2; i++)
-        if (!(st->usages[i] = PyObject_GetAttrString(st->usage_type, names[i])))
+    /* Every combination, as the objects Flag hands out for them. */
+    for (int i = 0; i < BUFFER_USAGES; i++)
+        if (!(st->usages[i] = PyObject_CallFunction(st->usage_type, "i", i)))
             return -1;
     return PyModule_AddObjectRef(module, "Usage", st->usage_type);
 }

@@ -39,16 +39,60 @@ PyObject *binding_buffer_copy_to(PyObject *self, PyObject *stream)
 
 PyObject *binding_buffer_host_copy(PyObject *self)
 {
+    BufferObject *b = as_buffer(self);
     binding_state *st = binding_state_of(self);
-    mxd_queue *queue;
+    PyObject *stream = binding_device_default_queue((DeviceObject *)st->cpu);
+    if (stream == NULL)
+        return NULL;
+    mxd_view view = binding_buffer_view(b);
+    mxd_memory *host;
+    binding_wait w;
+    binding_wait_init(&w, -1);
     mxd_error err;
-    if (mxd_queue_create(((DeviceObject *)st->cpu)->device, &queue, &err) !=
-        MXD_OK)
+    /* A wait for the storage's last write, and a device-to-host copy. */
+    binding_wait_release_gil(&w);
+    mxd_status status =
+        mxd_download(&view, ((QueueObject *)stream)->queue, &host, &w.wait,
+                     &err);
+    binding_wait_acquire_gil(&w);
+    if (status != MXD_OK)
         return binding_raise(&err);
-    PyObject *own = binding_queue_wrap(st, queue);
-    PyObject *copy = own ? binding_buffer_copy_to(self, own) : NULL;
-    Py_XDECREF(own);
-    return copy;
+    int rank = buffer_rank(b);
+    int64_t strides[MXD_MAX_RANK];
+    mxd_contiguous_strides(rank, buffer_shape(b), strides);
+    mxd_layout layout = {rank,
+                         buffer_shape(b),
+                         strides,
+                         0,
+                         (int64_t)buffer_dtype(b)->size_in_bytes,
+                         mxd_memory_size(host)};
+    return binding_buffer_new(st->buffer_type, host, stream, b->dtype_index,
+                              BUFFER_USAGE_DEFAULT, &layout);
+}
+
+/* Why src cannot be copied into dst by inplace_copy_from, or NULL. */
+static const char *copy_problem(BufferObject *d, BufferObject *s)
+{
+    mxd_layout dl = binding_buffer_layout(d), sl = binding_buffer_layout(s);
+    return !mxd_layout_is_contiguous(&dl)     ? "the destination is not contiguous"
+           : !mxd_layout_is_contiguous(&sl)   ? "the source is not contiguous"
+           : d->dtype_index != s->dtype_index ? "the dtypes differ"
+           : binding_buffer_count(d) != binding_buffer_count(s)
+               ? "the element counts differ"
+               : NULL;
+}
+
+static PyObject *raise_copy_problem(binding_state *st, const char *what,
+                                    BufferObject *d, BufferObject *s,
+                                    const char *problem)
+{
+    return PyErr_Format(PyExc_ValueError,
+                        "%s: %s (destination: %S, %lld elements; source: %S, "
+                        "%lld elements)",
+                        what, problem, st->dtypes[d->dtype_index],
+                        (long long)binding_buffer_count(d),
+                        st->dtypes[s->dtype_index],
+                        (long long)binding_buffer_count(s));
 }
 
 static const char *const src_names[] = {"src"};
@@ -67,27 +111,147 @@ PyObject *binding_buffer_inplace_copy_from(PyObject *self,
     if (src == self)
         Py_RETURN_NONE;
     BufferObject *d = as_buffer(self), *s = as_buffer(src);
-    mxd_layout dl = binding_buffer_layout(d), sl = binding_buffer_layout(s);
-    const char *problem =
-        !mxd_layout_is_contiguous(&dl)     ? "the destination is not contiguous"
-        : !mxd_layout_is_contiguous(&sl)   ? "the source is not contiguous"
-        : d->dtype_index != s->dtype_index ? "the dtypes differ"
-        : binding_buffer_count(d) != binding_buffer_count(s)
-            ? "the element counts differ"
-            : NULL;
-    if (problem != NULL) {
-        PyErr_Format(PyExc_ValueError,
-                     "inplace_copy_from(): %s (destination: %S, %lld "
-                     "elements; source: %S, %lld elements)",
-                     problem, st->dtypes[d->dtype_index],
-                     (long long)binding_buffer_count(d),
-                     st->dtypes[s->dtype_index],
-                     (long long)binding_buffer_count(s));
-        return NULL;
-    }
+    const char *problem = copy_problem(d, s);
+    if (problem != NULL)
+        return raise_copy_problem(st, "inplace_copy_from()", d, s, problem);
     if (binding_buffer_copy_into(d, s) < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* ---- Batches ------------------------------------------------------------ */
+
+/* Checks every pair (dsts[i], srcs[i]) of Buffers before any is copied:
+ * -1 with TypeError / ValueError naming the first bad one. */
+static int check_pairs(binding_state *st, const char *fname, PyObject *dsts,
+                       PyObject *srcs)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(dsts);
+    if (n != PySequence_Fast_GET_SIZE(srcs)) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s(): dsts and srcs must have the same length (got %zd "
+                     "dsts, %zd srcs)",
+                     fname, n, PySequence_Fast_GET_SIZE(srcs));
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PySequence_Fast_GET_ITEM(dsts, i);
+        PyObject *s = PySequence_Fast_GET_ITEM(srcs, i);
+        if (!PyObject_TypeCheck(d, st->buffer_type) ||
+            !PyObject_TypeCheck(s, st->buffer_type)) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s(): pair %zd is not two Buffers (%.100s, %.100s)",
+                         fname, i, Py_TYPE(d)->tp_name, Py_TYPE(s)->tp_name);
+            return -1;
+        }
+        const char *problem = d == s ? NULL
+                                     : copy_problem(as_buffer(d), as_buffer(s));
+        if (problem != NULL) {
+            char what[96];
+            snprintf(what, sizeof what, "%s(): pair %zd", fname, i);
+            raise_copy_problem(st, what, as_buffer(d), as_buffer(s), problem);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The checked pairs, copied in order.  A copy that fails (a driver error)
+ * stops the batch; the copies before it stay enqueued. */
+static int copy_pairs(PyObject *dsts, PyObject *srcs)
+{
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(dsts); i++) {
+        PyObject *d = PySequence_Fast_GET_ITEM(dsts, i);
+        PyObject *s = PySequence_Fast_GET_ITEM(srcs, i);
+        if (d != s && binding_buffer_copy_into(as_buffer(d), as_buffer(s)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *copy_batch(binding_state *st, const char *fname,
+                            PyObject *dsts, PyObject *srcs)
+{
+    PyObject *d = PySequence_Fast(dsts, "expected a sequence of Buffers");
+    PyObject *s = d ? PySequence_Fast(srcs, "expected a sequence of Buffers")
+                    : NULL;
+    int rc = s ? check_pairs(st, fname, d, s) : -1;
+    if (rc == 0)
+        rc = copy_pairs(d, s);
+    Py_XDECREF(d);
+    Py_XDECREF(s);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static const char *const batch_names[] = {"dsts", "srcs"};
+
+PyObject *binding_batch_inplace_copy(PyObject *module, PyObject *const *args,
+                                     Py_ssize_t nargs, PyObject *kwnames)
+{
+    binding_state *st = PyModule_GetState(module);
+    const binding_params params = {"batch_inplace_copy", batch_names, 2, 2};
+    PyObject *argv[2];
+    if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0)
+        return NULL;
+    return copy_batch(st, "batch_inplace_copy", argv[0], argv[1]);
+}
+
+static const char *const fanout_names[] = {"source", "destinations"};
+
+PyObject *binding_copy_pinned_to_destinations(PyObject *module,
+                                              PyObject *const *args,
+                                              Py_ssize_t nargs,
+                                              PyObject *kwnames)
+{
+    static const char fname[] = "copy_pinned_to_destinations";
+    binding_state *st = PyModule_GetState(module);
+    const binding_params params = {fname, fanout_names, 2, 2};
+    PyObject *argv[2];
+    if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0 ||
+        binding_check_type(fname, "source", argv[0], st->buffer_type) < 0)
+        return NULL;
+    PyObject *dsts =
+        PySequence_Fast(argv[1], "copy_pinned_to_destinations(): "
+                                 "'destinations' must be a sequence of Buffers");
+    if (dsts == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(dsts);
+    PyObject *srcs = PyList_New(n);
+    for (Py_ssize_t i = 0; srcs && i < n; i++)
+        PyList_SET_ITEM(srcs, i, Py_NewRef(argv[0]));
+    PyObject *result = srcs ? copy_batch(st, fname, dsts, srcs) : NULL;
+    Py_XDECREF(srcs);
+    Py_DECREF(dsts);
+    return result;
+}
+
+/* ---- Stamps ------------------------------------------------------------- */
+
+static PyObject *stamp(PyObject *self, PyObject *obj, bool write)
+{
+    binding_state *st = binding_state_of(self);
+    const char *fname = write ? "_stamp_write" : "_stamp_read";
+    if (binding_check_type(fname, "completion", obj, st->completion_type) < 0)
+        return NULL;
+    mxd_completion *c = ((CompletionObject *)obj)->completion;
+    if (c == NULL)
+        return PyErr_Format(PyExc_ValueError,
+                            "%s(): the HostHazardCompletion was never made",
+                            fname);
+    mxd_memory_stamp(as_buffer(self)->memory, c, write);
+    Py_RETURN_NONE;
+}
+
+PyObject *binding_buffer_stamp_write(PyObject *self, PyObject *completion)
+{
+    return stamp(self, completion, true);
+}
+
+PyObject *binding_buffer_stamp_read(PyObject *self, PyObject *completion)
+{
+    return stamp(self, completion, false);
 }
 
 /* copy(device=None) / copy(stream): a new contiguous buffer, never an
@@ -139,21 +303,12 @@ PyObject *binding_buffer_contiguous(PyObject *self, PyObject *unused)
 
 /* ---- to() --------------------------------------------------------------- */
 
-/* The same memory bound to another queue of its device: `stream` first
- * waits for the buffer's queue, and the memory is freed only after
- * `stream`'s work too. */
+/* The same memory bound to another queue of its device, with the same
+ * hazard record: every operation on either is ordered by it, and the
+ * memory is freed after all of them (SPEC §12.6). */
 static PyObject *rebind(PyObject *self, PyObject *stream)
 {
     BufferObject *b = as_buffer(self);
-    mxd_queue *q = ((QueueObject *)stream)->queue;
-    mxd_error err;
-    mxd_status status;
-    BINDING_ENQUEUE(
-        q, status = mxd_queue_wait_queue(q, binding_buffer_queue(b), &err));
-    if (status == MXD_OK)
-        status = mxd_memory_use_on(b->memory, q, &err);
-    if (status != MXD_OK)
-        return binding_raise(&err);
     mxd_layout layout = binding_buffer_layout(b);
     mxd_memory_retain(b->memory);
     return binding_buffer_new(binding_view_type(self), b->memory, stream,

@@ -242,62 +242,16 @@ static mxd_view element_view(BufferObject *b, int64_t offset)
     return v;
 }
 
-/* Device memory has no host address: one element goes through a small
- * CPU buffer (a host-to-device copy for a write, SPEC §12.5), bound to a
- * CPU queue of its own so that the copy waits for no other CPU queue (the
- * CPU's default queue may be busy or gated).  `to_host` reads the element,
- * else writes it; a write is complete on return. */
-static int device_element(BufferObject *b, int64_t offset, void *element,
-                          bool to_host)
-{
-    binding_state *st = binding_state_of((PyObject *)b);
-    mxd_device *cpu = ((DeviceObject *)st->cpu)->device;
-    mxd_view device = element_view(b, offset);
-    int64_t size = buffer_dtype(b)->size_in_bytes;
-    mxd_queue *own = NULL;
-    mxd_memory *host = NULL;
-    mxd_error err;
-    mxd_status status = mxd_queue_create(cpu, &own, &err);
-    if (status == MXD_OK)
-        status = mxd_memory_alloc(own, size, false, &host, &err);
-    if (status != MXD_OK) {
-        if (own)
-            mxd_queue_release(own);
-        binding_raise(&err);
-        return -1;
-    }
-    mxd_view local = {host, own, {0, NULL, NULL, 0, size, size}};
-    if (!to_host)
-        memcpy(mxd_memory_host(host), element, (size_t)size);
-    binding_wait w;
-    binding_wait_init(&w, -1);
-    binding_wait_release_gil(&w);
-    status = to_host ? mxd_copy(&local, &device, &w.wait, &err)
-                     : mxd_copy(&device, &local, &w.wait, &err);
-    if (status == MXD_OK && !to_host)
-        status = mxd_queue_synchronize(binding_buffer_queue(b), &w.wait, &err);
-    binding_wait_acquire_gil(&w);
-    if (status == MXD_OK && to_host)
-        memcpy(element, mxd_memory_host(host), (size_t)size);
-    mxd_memory_release(host);
-    mxd_queue_release(own);
-    if (status != MXD_OK) {
-        binding_raise(&err);
-        return -1;
-    }
-    return 0;
-}
-
 int binding_buffer_host_wait(BufferObject *b)
 {
-    mxd_queue *q = binding_buffer_queue(b);
-    if (mxd_queue_is_idle(q))
-        return 0;
+    mxd_view view = binding_buffer_view(b);
+    if (mxd_host_access_idle(&view, MXD_ACCESS_READ))
+        return 0; /* the common case: without releasing the GIL */
     binding_wait w;
     binding_wait_init(&w, -1);
     mxd_error err;
     binding_wait_release_gil(&w);
-    mxd_status status = mxd_queue_wait_host_access(q, &w.wait, &err);
+    mxd_status status = mxd_host_read_wait(&view, &w.wait, &err);
     binding_wait_acquire_gil(&w);
     if (status != MXD_OK) {
         binding_raise(&err);
@@ -306,21 +260,36 @@ int binding_buffer_host_wait(BufferObject *b)
     return 0;
 }
 
-/* Reads (to_host) or writes the element at byte `offset`, after waiting
- * for the buffer's queue. */
+/* Reads (to_host) or writes the element at byte `offset` as a host access
+ * (SPEC §12.5, §12.6): after what the storage's record holds, on any
+ * memory; device memory through a one-element copy, complete on return. */
 static int access_element(BufferObject *b, int64_t offset, void *element,
                           bool to_host)
 {
-    if (binding_buffer_host_wait(b) < 0)
-        return -1;
-    char *host = mxd_memory_host(b->memory);
-    if (host == NULL)
-        return device_element(b, offset, element, to_host);
+    mxd_view view = element_view(b, offset);
     size_t size = buffer_dtype(b)->size_in_bytes;
-    if (to_host)
-        memcpy(element, host + offset, size);
-    else
-        memcpy(host + offset, element, size);
+    char *host = mxd_memory_host(b->memory);
+    /* The common case, without releasing the GIL: host-visible memory with
+     * nothing to wait for. */
+    if (mxd_host_access_idle(&view, to_host ? MXD_ACCESS_ITEM
+                                            : MXD_ACCESS_WRITE)) {
+        if (to_host)
+            memcpy(element, host + offset, size);
+        else
+            memcpy(host + offset, element, size);
+        return 0;
+    }
+    binding_wait w;
+    binding_wait_init(&w, -1);
+    mxd_error err;
+    binding_wait_release_gil(&w);
+    mxd_status status = to_host ? mxd_read_host(&view, element, &w.wait, &err)
+                                : mxd_write_host(&view, element, &w.wait, &err);
+    binding_wait_acquire_gil(&w);
+    if (status != MXD_OK) {
+        binding_raise(&err);
+        return -1;
+    }
     return 0;
 }
 

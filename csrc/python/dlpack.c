@@ -432,27 +432,27 @@ static int parse_dlpack(BufferObject *b, PyObject *const *args,
     return 0;
 }
 
-/* Orders the consumer's work after the buffer's queue: its stream waits
- * for an event (no host block), or with stream=None the host waits
- * (except for pinned memory, SPEC §12.6); stream=-1 orders nothing. */
+/* Orders the consumer's work after the storage's last write (SPEC §13):
+ * its stream waits for an event (no host block), or with stream=None the
+ * host waits as a host read does (for nothing on untracked memory);
+ * stream=-1 orders nothing. */
 static int order_consumer(BufferObject *b, const dlpack_request *r)
 {
     if (r->order == ORDER_NONE)
         return 0;
     if (r->order == ORDER_ON_CONSUMER) {
         mxd_queue *q = binding_buffer_queue(b);
+        mxd_view view = binding_buffer_view(b);
         mxd_error err;
         mxd_status status;
         BINDING_ENQUEUE(
-            q, status = mxd_queue_order_native(q, (uintptr_t)r->stream, &err));
+            q, status = mxd_order_native(&view, (uintptr_t)r->stream, &err));
         if (status != MXD_OK) {
             binding_raise(&err);
             return -1;
         }
         return 0;
     }
-    if (mxd_memory_is_pinned(b->memory))
-        return 0;
     return binding_buffer_host_wait(b);
 }
 

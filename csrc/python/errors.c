@@ -3,9 +3,29 @@
 
 #include <string.h>
 
+/* One class for the process, as the core is one: a second module object
+ * (the extension imported again after its module was dropped) raises the
+ * same class, so `except HostHazardError` keeps working.  Never freed. */
+static PyObject *hazard_error;
+
+PyObject *binding_hazard_error(void)
+{
+    if (hazard_error == NULL)
+        hazard_error = PyErr_NewExceptionWithDoc(
+            "max._core.driver.HostHazardError",
+            "Raised when the host touches memory whose producer failed (a "
+            "poisoned HostHazardCompletion in its hazard record), or waits "
+            "for such a completion.  A later successful write into the "
+            "memory clears it.",
+            PyExc_RuntimeError, NULL);
+    return hazard_error;
+}
+
 static PyObject *exception_for(mxd_status status)
 {
     switch (status) {
+    case MXD_HAZARD:
+        return hazard_error ? hazard_error : PyExc_RuntimeError;
     case MXD_INVALID:
     case MXD_DRIVER: return PyExc_ValueError;
     case MXD_UNAVAILABLE: return PyExc_RuntimeError;

@@ -83,6 +83,22 @@ static PyMethodDef module_methods[] = {
      BINDING_DOC("take_launch_trace", "()",
                  "Stops recording and returns the LaunchTraceEntry list in "
                  "enqueue order (empty when nothing was recording).")},
+    {"batch_inplace_copy",
+     (PyCFunction)(void (*)(void))binding_batch_inplace_copy,
+     METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("batch_inplace_copy", "(dsts, srcs)",
+                 "dsts[i].inplace_copy_from(srcs[i]) for every i (pairs with "
+                 "dst is src are skipped), all checked before anything is "
+                 "enqueued: ValueError for unequal lengths or any mismatch, "
+                 "and then nothing is copied.")},
+    {"copy_pinned_to_destinations",
+     (PyCFunction)(void (*)(void))binding_copy_pinned_to_destinations,
+     METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("copy_pinned_to_destinations", "(source, destinations)",
+                 "Copies one host buffer (pinned or CPU) into each "
+                 "destination buffer, checked in full first. The source's "
+                 "hazard record keeps it alive and unwritten until every "
+                 "copy has read it.")},
     {"_cleanup_failures", cleanup_failures, METH_NOARGS,
      BINDING_DOC("_cleanup_failures", "()",
                  "(count, last message) of the driver destroys and frees "
@@ -174,6 +190,7 @@ static int module_exec(PyObject *module)
         binding_add_queue_type(module, st) < 0 ||
         binding_add_event_type(module, st) < 0 ||
         binding_add_flag_type(module, st) < 0 ||
+        binding_add_completion_type(module, st) < 0 ||
         binding_add_buffer_types(module, st) < 0 ||
         binding_add_trace_type(module, st) < 0 || register_atexit(module) < 0)
         return -1;
@@ -202,8 +219,9 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->operation_kind);
     Py_VISIT(st->memcpy_kind);
     Py_VISIT(st->usage_type);
-    Py_VISIT(st->usages[0]);
-    Py_VISIT(st->usages[1]);
+    for (int i = 0; i < BUFFER_USAGES; i++)
+        Py_VISIT(st->usages[i]);
+    Py_VISIT(st->completion_type);
     Py_VISIT(st->cpu);
     int visited = binding_bridge_traverse(&st->bridge, visit, arg);
     if (visited != 0)
@@ -237,8 +255,9 @@ static int module_clear(PyObject *module)
     Py_CLEAR(st->operation_kind);
     Py_CLEAR(st->memcpy_kind);
     Py_CLEAR(st->usage_type);
-    Py_CLEAR(st->usages[0]);
-    Py_CLEAR(st->usages[1]);
+    for (int i = 0; i < BUFFER_USAGES; i++)
+        Py_CLEAR(st->usages[i]);
+    Py_CLEAR(st->completion_type);
     return 0;
 }
 

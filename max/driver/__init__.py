@@ -16,6 +16,17 @@ from max._core.driver import (
     __unsafe_pack_py_host_func as __unsafe_pack_py_host_func,
 )
 
+# Hazard records (SPEC §12.6).  HostHazardCompletion lives in max._core.driver
+# as in MAX, and is importable from here too.
+from max._core.driver import (
+    HostHazardCompletion as HostHazardCompletion,
+)
+from max._core.driver import (
+    HostHazardError,
+    batch_inplace_copy,
+    copy_pinned_to_destinations,
+)
+
 from .driver import (
     CPU,
     Accelerator,
@@ -54,15 +65,18 @@ __all__ = [
     "DevicePinnedBuffer",
     "DeviceQueue",
     "DeviceSpec",
+    "HostHazardError",
     "LaunchTraceEntry",
     "Usage",
     "accelerator_api",
     "accelerator_architecture_name",
     "accelerator_count",
     "backend_selection",
+    "batch_inplace_copy",
     "begin_launch_trace",
     "calculate_virtual_device_count",
     "calculate_virtual_device_count_from_cli",
+    "copy_pinned_to_destinations",
     "devices_exist",
     "launch_trace",
     "load_devices",

@@ -1,0 +1,483 @@
+/* Hazard records and completions (hazard.h): what every operation on
+ * memory waits for, and the completions it leaves behind. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+/* ---- Completions -------------------------------------------------------- */
+
+mxd_completion *mxd_completion_alloc(mxd_queue *q, const char *what,
+                                     uint64_t bytes)
+{
+    mxd_completion *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    atomic_init(&c->refs, 1);
+    c->ops = q->ops;
+    c->queue = q;
+    mxd_queue_retain(q);
+    c->what = what;
+    c->bytes = bytes;
+    atomic_init(&c->poison, NULL);
+    return c;
+}
+
+void mxd_completion_retain(mxd_completion *c)
+{
+    atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+}
+
+void mxd_completion_release(mxd_completion *c)
+{
+    if (!c ||
+        atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (!mxd_stale(c->queue->epoch)) /* a stale point's state is leaked */
+        c->ops->completion_fini(c);
+    mxd_queue_release(c->queue);
+    free(atomic_load(&c->poison));
+    free(c);
+}
+
+mxd_queue *mxd_completion_queue(const mxd_completion *c)
+{
+    return c->queue;
+}
+
+const char *mxd_completion_poison_message(const mxd_completion *c)
+{
+    return atomic_load_explicit(&((mxd_completion *)c)->poison,
+                                memory_order_acquire);
+}
+
+/* Sets the poison unless one is set already; false when out of memory. */
+static bool set_poison(mxd_completion *c, const char *message)
+{
+    char *copy = strdup(message);
+    if (!copy)
+        return false;
+    char *none = NULL;
+    if (!atomic_compare_exchange_strong(&c->poison, &none, copy))
+        free(copy); /* the first failure is the one to report */
+    return true;
+}
+
+mxd_status mxd_completion_poison(mxd_completion *c, const char *message,
+                                 mxd_error *err)
+{
+    if (!set_poison(c, message))
+        return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
+    return MXD_OK;
+}
+
+static mxd_status check_queue(mxd_queue *q, mxd_error *err)
+{
+    if (mxd_queue_is_stale(q))
+        return mxd_fail_stale(err, "DeviceQueue");
+    return MXD_OK;
+}
+
+mxd_status mxd_completion_record_on(mxd_queue *q, mxd_completion **out,
+                                    mxd_error *err)
+{
+    mxd_status st = check_queue(q, err);
+    if (st != MXD_OK)
+        return st;
+    mxd_completion *c = mxd_completion_alloc(q, NULL, 0);
+    if (!c)
+        return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
+    st = q->ops->completion_record(q, c, err);
+    if (st != MXD_OK) {
+        /* No point was set: nothing for the backend to release. */
+        mxd_queue_release(c->queue);
+        free(c);
+        return st;
+    }
+    *out = c;
+    return MXD_OK;
+}
+
+mxd_status mxd_completion_poisoned(mxd_queue *q, const char *message,
+                                   mxd_completion **out, mxd_error *err)
+{
+    mxd_status st = check_queue(q, err);
+    if (st != MXD_OK)
+        return st;
+    /* Ready at once: its point is the start of q's timeline (ticket 0, or
+     * no mark), which the backends take as complete. */
+    mxd_completion *c = mxd_completion_alloc(q, NULL, 0);
+    if (!c || !set_poison(c, message)) {
+        if (c) {
+            mxd_queue_release(c->queue);
+            free(c);
+        }
+        return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
+    }
+    *out = c;
+    return MXD_OK;
+}
+
+/* A driver error seen while waiting for an operation's completion means the
+ * operation failed: the completion is poisoned with both (SPEC §12.6). */
+static mxd_status poisoned_by(mxd_completion *c, const mxd_error *why,
+                              mxd_error *err)
+{
+    char message[sizeof err->message];
+    snprintf(message, sizeof message,
+             "%s of %llu bytes on %s queue failed: %.400s", c->what,
+             (unsigned long long)c->bytes, c->ops->api, why->message);
+    set_poison(c, message);
+    return mxd_fail(err, MXD_HAZARD, "%s", message);
+}
+
+static mxd_status hazard_of(const mxd_completion *c, mxd_error *err)
+{
+    return mxd_fail(err, MXD_HAZARD, "%s", mxd_completion_poison_message(c));
+}
+
+bool mxd_completion_known_done(mxd_completion *c)
+{
+    return mxd_completion_poison_message(c) != NULL ||
+           c->ops->completion_known_done(c);
+}
+
+mxd_status mxd_completion_query(mxd_completion *c, bool *ready,
+                                mxd_error *err)
+{
+    *ready = true;
+    if (mxd_stale(c->queue->epoch))
+        return mxd_fail_stale(err, "HostHazardCompletion");
+    if (mxd_completion_poison_message(c))
+        return MXD_OK;
+    mxd_error why;
+    mxd_status st = c->ops->completion_query(c, &why);
+    if (st == MXD_TIMEOUT) {
+        *ready = false;
+        return MXD_OK;
+    }
+    if (st == MXD_DRIVER && c->what) {
+        poisoned_by(c, &why, NULL);
+        return MXD_OK;
+    }
+    if (st != MXD_OK && err)
+        *err = why;
+    return st;
+}
+
+static mxd_status wait_for(mxd_completion *c, bool host_access,
+                           const mxd_wait *wait, mxd_error *err)
+{
+    if (mxd_stale(c->queue->epoch))
+        return mxd_fail_stale(err, "HostHazardCompletion");
+    if (mxd_completion_poison_message(c))
+        return hazard_of(c, err);
+    if (host_access && c->ops->completion_behind_caller(c))
+        return MXD_OK;
+    mxd_error why;
+    mxd_status st = c->ops->completion_wait(c, wait, &why);
+    if (st == MXD_DRIVER && c->what)
+        return poisoned_by(c, &why, err);
+    if (st != MXD_OK) {
+        if (err)
+            *err = why;
+        return st;
+    }
+    /* Poisoned by the user while we waited. */
+    return mxd_completion_poison_message(c) ? hazard_of(c, err) : MXD_OK;
+}
+
+mxd_status mxd_completion_wait(mxd_completion *c, const mxd_wait *wait,
+                               mxd_error *err)
+{
+    return wait_for(c, false, wait, err);
+}
+
+mxd_status mxd_completion_wait_host(mxd_completion *c, const mxd_wait *wait,
+                                    mxd_error *err)
+{
+    return wait_for(c, true, wait, err);
+}
+
+mxd_status mxd_queue_wait_completion(mxd_queue *q, mxd_completion *c,
+                                     mxd_error *err)
+{
+    if (c->queue == q || mxd_completion_known_done(c))
+        return MXD_OK;
+    if (mxd_stale(c->queue->epoch))
+        return mxd_fail_stale(err, "HostHazardCompletion");
+    return q->ops->queue_wait_completion(q, c, err);
+}
+
+/* ---- Records ------------------------------------------------------------ */
+
+void mxd_record_init(mxd_record *r)
+{
+    pthread_mutex_init(&r->mu, NULL);
+    atomic_init(&r->has_write, false);
+    atomic_init(&r->has_reads, false);
+    r->write = NULL;
+    r->reads = NULL;
+    r->nreads = r->cap = 0;
+}
+
+static void set_write(mxd_record *r, mxd_completion *c)
+{
+    mxd_completion_release(r->write);
+    r->write = c;
+    atomic_store_explicit(&r->has_write, c != NULL, memory_order_release);
+}
+
+static void clear_reads(mxd_record *r)
+{
+    for (int i = 0; i < r->nreads; i++)
+        mxd_completion_release(r->reads[i]);
+    r->nreads = 0;
+    atomic_store_explicit(&r->has_reads, false, memory_order_release);
+}
+
+void mxd_record_fini(mxd_record *r)
+{
+    set_write(r, NULL);
+    clear_reads(r);
+    free(r->reads);
+    r->reads = NULL;
+    r->cap = 0;
+    pthread_mutex_destroy(&r->mu);
+}
+
+/* Drops the entries known complete (no driver call). */
+static void compact(mxd_record *r)
+{
+    if (r->write && mxd_completion_known_done(r->write) &&
+        !mxd_completion_poison_message(r->write))
+        set_write(r, NULL);
+    int kept = 0;
+    for (int i = 0; i < r->nreads; i++) {
+        /* A read that failed did not damage the memory it read. */
+        if (mxd_completion_known_done(r->reads[i]))
+            mxd_completion_release(r->reads[i]);
+        else
+            r->reads[kept++] = r->reads[i];
+    }
+    r->nreads = kept;
+    atomic_store_explicit(&r->has_reads, kept > 0, memory_order_release);
+}
+
+/* Adds a read; the latest per queue is all that is kept.  Out of memory,
+ * the oldest kept read of another queue is waited for instead: never lose
+ * an entry. */
+static void add_read(mxd_record *r, mxd_completion *c)
+{
+    for (int i = 0; i < r->nreads; i++) {
+        mxd_completion *old = r->reads[i];
+        if (old->queue != c->queue)
+            continue;
+        if (old->seq <= c->seq) {
+            mxd_completion_retain(c);
+            r->reads[i] = c;
+            mxd_completion_release(old);
+        }
+        return;
+    }
+    if (r->nreads == r->cap) {
+        int cap = r->cap ? r->cap * 2 : 2;
+        mxd_completion **grown = realloc(r->reads, (size_t)cap * sizeof c);
+        if (!grown) {
+            mxd_error ignored;
+            mxd_completion_wait(r->reads[0], NULL, &ignored);
+            mxd_completion_release(r->reads[0]);
+            r->reads[0] = r->reads[--r->nreads];
+        } else {
+            r->reads = grown;
+            r->cap = cap;
+        }
+    }
+    mxd_completion_retain(c);
+    r->reads[r->nreads++] = c;
+    atomic_store_explicit(&r->has_reads, true, memory_order_release);
+}
+
+static void lock_one(mxd_memory *m)
+{
+    pthread_mutex_lock(&m->record.mu);
+}
+
+void mxd_hazard_lock(mxd_memory *a, mxd_memory *b)
+{
+    if (a && b && a != b) {
+        /* Address order: two operations on the same pair never deadlock. */
+        lock_one(a < b ? a : b);
+        lock_one(a < b ? b : a);
+    } else if (a || b) {
+        lock_one(a ? a : b);
+    }
+}
+
+void mxd_hazard_unlock(mxd_memory *a, mxd_memory *b)
+{
+    if (a)
+        pthread_mutex_unlock(&a->record.mu);
+    if (b && b != a)
+        pthread_mutex_unlock(&b->record.mu);
+}
+
+/* The point an untracked view's operations are ordered after: its queue so
+ * far (SPEC §12.6: untracked copies are ordered by queue order only). */
+static mxd_status queue_point(const mxd_view *v, mxd_completion **out,
+                              mxd_error *err)
+{
+    *out = NULL;
+    if (mxd_queue_is_idle(v->queue))
+        return MXD_OK;
+    return mxd_completion_record_on(v->queue, out, err);
+}
+
+mxd_status mxd_hazard_order(mxd_queue *q, const mxd_view *v, bool write,
+                            mxd_error *err)
+{
+    mxd_memory *m = v->memory;
+    if (!m->tracked) {
+        if (write || v->queue == q)
+            return MXD_OK;
+        mxd_completion *point;
+        mxd_status st = queue_point(v, &point, err);
+        if (st == MXD_OK && point)
+            st = mxd_queue_wait_completion(q, point, err);
+        mxd_completion_release(point);
+        return st;
+    }
+    mxd_record *r = &m->record;
+    compact(r);
+    mxd_status st = MXD_OK;
+    if (r->write)
+        st = mxd_queue_wait_completion(q, r->write, err);
+    for (int i = 0; write && st == MXD_OK && i < r->nreads; i++)
+        st = mxd_queue_wait_completion(q, r->reads[i], err);
+    return st;
+}
+
+/* Whether the host must still wait for c: not complete (asking the
+ * driver), and not behind the host function the calling thread runs (which
+ * acts at its place in the queue, before c). */
+static bool host_must_wait(mxd_completion *c)
+{
+    bool ready;
+    mxd_error ignored;
+    if (mxd_completion_query(c, &ready, &ignored) == MXD_OK && ready)
+        return false;
+    return !c->ops->completion_behind_caller(c);
+}
+
+/* The first entry a host access must wait for (a poisoned last write
+ * included: the access must see it), dropping a complete last write; NULL
+ * when there is none. */
+static mxd_completion *first_pending(mxd_record *r, bool write)
+{
+    compact(r);
+    if (r->write) {
+        bool wait = host_must_wait(r->write); /* a query may poison it */
+        if (wait || mxd_completion_poison_message(r->write))
+            return r->write;
+        if (mxd_completion_known_done(r->write))
+            set_write(r, NULL);
+    }
+    for (int i = 0; write && i < r->nreads; i++)
+        if (host_must_wait(r->reads[i]))
+            return r->reads[i];
+    return NULL;
+}
+
+bool mxd_hazard_settled(const mxd_view *v, bool write)
+{
+    if (!v->memory->tracked)
+        return true;
+    return first_pending(&v->memory->record, write) == NULL;
+}
+
+/* What the calling thread must wait for before it touches v itself
+ * (retained), or NULL; *is_read when it is a read of v (whose failure is
+ * not v's).  MXD_HAZARD for a poisoned last write. */
+static mxd_status host_pending(const mxd_view *v, bool write,
+                               mxd_completion **out, bool *is_read,
+                               mxd_error *err)
+{
+    *out = NULL;
+    *is_read = false;
+    if (!v)
+        return MXD_OK;
+    if (!v->memory->tracked)
+        return write ? MXD_OK : queue_point(v, out, err);
+    mxd_record *r = &v->memory->record;
+    mxd_completion *c = first_pending(r, write);
+    if (c && c == r->write && mxd_completion_poison_message(c))
+        return hazard_of(c, err);
+    if (c)
+        mxd_completion_retain(c);
+    *is_read = c && c != r->write;
+    *out = c;
+    return MXD_OK;
+}
+
+mxd_status mxd_hazard_lock_settled(const mxd_view *read, const mxd_view *write,
+                                   mxd_memory *other, const mxd_wait *wait,
+                                   mxd_error *err)
+{
+    mxd_memory *a = read ? read->memory : other;
+    mxd_memory *b = write ? write->memory : read ? other : NULL;
+    for (;;) {
+        mxd_hazard_lock(a, b);
+        mxd_completion *pending;
+        bool is_read;
+        mxd_status st = host_pending(read, false, &pending, &is_read, err);
+        if (st == MXD_OK && !pending)
+            st = host_pending(write, true, &pending, &is_read, err);
+        if (st == MXD_OK && !pending)
+            return MXD_OK; /* locked, nothing pending */
+        mxd_hazard_unlock(a, b);
+        if (st != MXD_OK)
+            return st;
+        st = mxd_completion_wait_host(pending, wait, err);
+        mxd_completion_release(pending);
+        /* A read that failed left the memory it read as it was. */
+        if (st != MXD_OK && !(st == MXD_HAZARD && is_read))
+            return st;
+    }
+}
+
+void mxd_hazard_note(mxd_memory *read, mxd_memory *write, mxd_completion *c)
+{
+    if (write) {
+        mxd_record *r = &write->record;
+        clear_reads(r);
+        if (c)
+            mxd_completion_retain(c);
+        set_write(r, c);
+    }
+    if (read && read != write && c)
+        add_read(&read->record, c);
+}
+
+void mxd_hazard_visit(mxd_memory *m, void (*visit)(mxd_completion *c,
+                                                   void *ctx),
+                      void *ctx)
+{
+    mxd_record *r = &m->record;
+    if (r->write)
+        visit(r->write, ctx);
+    for (int i = 0; i < r->nreads; i++)
+        visit(r->reads[i], ctx);
+}
+
+void mxd_memory_stamp(mxd_memory *m, mxd_completion *c, bool write)
+{
+    if (!m->tracked)
+        return;
+    mxd_hazard_lock(m, NULL);
+    if (write)
+        mxd_hazard_note(NULL, m, c);
+    else
+        add_read(&m->record, c);
+    mxd_hazard_unlock(m, NULL);
+}
