@@ -1,8 +1,9 @@
-"""Buffer operations and CPU queues (SPEC §12.6, §12.7, §8): copies join the
-queues of their source and destination, what the caller may rely on when a
-copy returns, host reads and writes wait for the buffer's queue, pending
-copies survive dropped buffers, waits are interruptible, and a million
-small buffers do not grow memory.
+"""Buffer operations and CPU queues (SPEC §12.6, §12.7, §8): what the caller
+may rely on when a copy returns, copies in the order of the destination's
+queue, pending copies survive dropped buffers, waits are interruptible, and
+a million small buffers do not grow memory.  The hazard-record rules (what
+a copy or a host access waits for, and what it does not) are in
+test_hazard_records.py.
 
 CPU queues really run their work on host threads here **[beyond MAX]**, so
 a gate (``queue.wait_for_host_value``) holds a queue and host functions
@@ -18,7 +19,6 @@ import gc
 import os
 import select
 import signal
-import threading
 import time
 
 import numpy as np
@@ -27,7 +27,6 @@ from buffer_support import (
     ENQ,
     NOT_YET,
     WAIT,
-    Call,
     host_source,
     open_later,
     returns_promptly,
@@ -66,10 +65,10 @@ def test_source_read_on_return_while_destination_gated(cpu, gate):
     src, dst, src_alias, dst_alias = _pair(cpu)
     flag = gate(dst.stream)
     returns_promptly(lambda: dst.inplace_copy_from(src))
-    # Overwrite at once, through NumPy.  (Not with ``src[0] = ...``: a host
-    # write waits for the source's queue, which the copy has joined to the
-    # gated destination queue.)
+    # Overwrite at once, through NumPy and as a host write: the copy has
+    # read the source, so nothing in its record is pending.
     src_alias[:] = 99
+    returns_promptly(lambda: src.__setitem__(0, 99))
     time.sleep(NOT_YET)
     assert (dst_alias == 0).all(), "written while its queue is gated"
     flag.signal(1)
@@ -103,32 +102,6 @@ def test_copy_to_a_gated_queue_returns_and_reads_the_source(cpu, gate):
     assert (copy.to_numpy() == 3).all()
 
 
-def test_copy_waits_for_the_source_queue(cpu, gate, rec):
-    """SPEC §12.6: when the source's queue has pending work the call first
-    waits for it (a host function enqueued before writes the source)."""
-    src, dst, src_alias, dst_alias = _pair(cpu, src_values=1)
-    flag = gate(src.stream)
-    _enq(src.stream, lambda: (src_alias.__setitem__(slice(None), 5), rec.add("w")))
-    call = Call(lambda: dst.inplace_copy_from(src))
-    assert call.blocked(), "the copy did not wait for the source's queue"
-    assert not rec.has("w")
-    flag.signal(1)
-    call.value()
-    dst.stream.synchronize(timeout=WAIT)
-    assert (dst_alias == 5).all()
-
-
-def test_copy_of_a_gated_source_queue_blocks_copy_and_contiguous(cpu, gate):
-    src, _, src_alias, _ = _pair(cpu, src_values=2)
-    flag = gate(src.stream)
-    copy_call = Call(lambda: src.copy())
-    contiguous_call = Call(lambda: src.contiguous())
-    assert copy_call.blocked() and contiguous_call.blocked()
-    flag.signal(1)
-    assert (copy_call.value().to_numpy() == 2).all()
-    assert (contiguous_call.value().to_numpy() == 2).all()
-
-
 # --------------------------------------------------------------------------
 # Pageable CPU to pageable CPU: written in the destination queue's order
 
@@ -157,55 +130,6 @@ def test_destination_written_in_its_queue_order(cpu, gate, rec):
     assert rec.wait("done")
     assert (seen["before"] == 0).all()
     assert (seen["after"] == 6).all()
-
-
-def test_later_work_on_the_source_queue_runs_after_the_copy(cpu, gate, rec):
-    """SPEC §12.6: a copy joins both queues; work enqueued on the SOURCE's
-    queue after the call waits for the copy, which waits for the gated
-    destination queue (the price the SPEC names)."""
-    src, dst, _, dst_alias = _pair(cpu, src_values=8)
-    flag = gate(dst.stream)
-    dst.inplace_copy_from(src)
-    seen = {}
-    _enq(src.stream, lambda: (seen.__setitem__("dst", dst_alias.copy()), rec.add("s")))
-    time.sleep(NOT_YET)
-    assert not rec.has("s"), "the source's queue did not wait for the copy"
-    flag.signal(1)
-    assert rec.wait("s")
-    assert (seen["dst"] == 8).all()
-
-
-def test_host_access_does_not_wait_for_a_copys_join(cpu, gate, rec):
-    """The join a copy leaves on its source's queue orders that queue's
-    later work only: the source can be read, written and copied from again
-    at once (never waiting for the gated destination, SPEC §12.6), while
-    host functions enqueued there still run after the copy."""
-    src, dst, src_alias, dst_alias = _pair(cpu, src_values=3)
-    flag = gate(dst.stream)
-    dst.inplace_copy_from(src)
-    other = Buffer(DType.int32, src.shape, dst.stream)
-    returns_promptly(lambda: other.inplace_copy_from(src))  # a second copy
-    assert returns_promptly(lambda: src[1].item()) == 3
-    returns_promptly(lambda: src.__setitem__(0, 9))  # the copies read it already
-    _enq(src.stream, rec.fn("later"))
-    assert not rec.wait("later", NOT_YET), "ran before the copy"
-    flag.signal(1)
-    assert rec.wait("later")
-    dst.stream.synchronize(timeout=WAIT)
-    assert (dst_alias == 3).all() and (other.to_numpy() == 3).all()
-
-
-def test_host_access_waits_for_work_behind_a_join(cpu, gate):
-    """Work enqueued on the source's queue after the join is waited for by
-    host access as usual (it runs after the copy)."""
-    src, dst, src_alias, _ = _pair(cpu, src_values=3)
-    flag = gate(dst.stream)
-    dst.inplace_copy_from(src)
-    _enq(src.stream, lambda: src_alias.__setitem__(slice(None), 4))
-    read = Call(src.to_numpy)
-    assert read.blocked(), "did not wait for the host function behind the join"
-    flag.signal(1)
-    assert (read.value() == 4).all()
 
 
 def test_copy_runs_after_earlier_work_on_the_destination_queue(cpu, gate):
@@ -245,22 +169,7 @@ def test_copies_in_both_directions_between_two_queues(cpu, gate):
 
 
 # --------------------------------------------------------------------------
-# to(stream): zero-copy, the new queue waits for the old one's work so far
-
-
-def test_to_stream_waits_for_work_so_far(cpu, gate, rec):
-    q1, q2 = DeviceQueue(cpu), DeviceQueue(cpu)
-    buf = Buffer(DType.int32, (4,), q1)
-    flag = gate(q1)
-    _enq(q1, rec.fn("q1"))
-    moved = returns_promptly(lambda: buf.to(q2))
-    assert moved.stream is q2
-    _enq(q2, rec.fn("q2"))
-    time.sleep(NOT_YET)
-    assert rec.snapshot() == []
-    flag.signal(1)
-    assert rec.wait("q2")
-    assert rec.snapshot() == ["q1", "q2"]
+# to(stream): zero-copy, the same record; the queues stay independent
 
 
 def test_to_stream_does_not_order_later_work(cpu, gate, rec):
@@ -278,42 +187,7 @@ def test_to_stream_does_not_order_later_work(cpu, gate, rec):
 
 
 # --------------------------------------------------------------------------
-# Host reads and writes wait for the buffer's queue
-
-
-def _gated_write(cpu, gate, value):
-    """A buffer whose queue is gated, behind which a host function writes
-    ``value`` into it; the gate opens 0.3 s later from another thread."""
-    q = DeviceQueue(cpu)
-    buf = Buffer.zeros((4,), DType.int32)
-    buf = buf.to(q)
-    alias = buf.to_numpy()
-    flag = gate(q)
-    _enq(q, lambda: alias.__setitem__(slice(None), value))
-    open_later(flag)
-    return buf
-
-
-def test_to_numpy_waits_for_the_queue(cpu, gate):
-    buf = _gated_write(cpu, gate, 5)
-    assert (buf.to_numpy() == 5).all()
-
-
-def test_item_waits_for_the_queue(cpu, gate):
-    buf = _gated_write(cpu, gate, 6)
-    assert buf[2].item() == 6
-
-
-def test_setitem_waits_for_the_queue(cpu, gate):
-    """The host write lands after the queued one, so it is not overwritten."""
-    buf = _gated_write(cpu, gate, 7)
-    buf[0] = 1
-    assert buf.to_numpy().tolist() == [1, 7, 7, 7]
-
-
-def test_str_waits_for_the_queue(cpu, gate):
-    buf = _gated_write(cpu, gate, 123456)
-    assert "123456" in str(buf)
+# Host reads wait for a pending copy (its producer)
 
 
 def test_host_reads_wait_for_a_pending_copy(cpu, gate):
@@ -323,34 +197,6 @@ def test_host_reads_wait_for_a_pending_copy(cpu, gate):
     open_later(flag)
     assert (dst.to_numpy() == 11).all()
     assert dst[0].item() == 11
-
-
-def test_host_read_of_a_view_waits(cpu, gate):
-    buf = _gated_write(cpu, gate, 8)
-    assert buf[1:3].to_numpy().tolist() == [8, 8]
-
-
-def test_host_waits_release_the_gil(cpu, gate):
-    """SPEC §12.6: every wait releases the GIL: the gate can only open
-    after another Python thread did Python work."""
-    q = DeviceQueue(cpu)
-    buf = Buffer.zeros((4,), DType.int32).to(q)
-    flag = gate(q)
-    counter = [0]
-
-    def spin():
-        for _ in range(200_000):
-            counter[0] += 1
-        flag.signal(1)
-
-    t = threading.Thread(target=spin)
-    t.start()
-    try:
-        assert buf.to_numpy().tolist() == [0, 0, 0, 0]
-    finally:
-        flag.signal(1)
-        t.join(WAIT)
-    assert counter[0] == 200_000
 
 
 CTRL_C_CHILD = r"""
@@ -365,6 +211,7 @@ buf = Buffer(DType.int32, (4,), q)
 other = Buffer(DType.int32, (4,))
 f = CompletionFlag(cpu)
 q.wait_for_host_value(f, 1)
+buf.inplace_copy_from(other)  # buf's producer, behind the gate
 waits = {
     "to_numpy": lambda: buf.to_numpy(),
     "item": lambda: buf[0].item(),
@@ -485,7 +332,6 @@ f = CompletionFlag(cpu)
 q.wait_for_host_value(f, 1)
 for _ in range(50):
     dst = Buffer(DType.int8, (1 << 16,), q)
-    # Each source on a queue of its own: a copy joins its source's queue.
     dst.inplace_copy_from(Buffer(DType.int8, (1 << 16,), DeviceQueue(cpu)))
 print("EXITING", flush=True)
 """
