@@ -31,13 +31,17 @@ from max.driver import (
     DeviceQueue,
     DeviceSpec,
     DLPackArray,
+    HostHazardCompletion,
+    HostHazardError,
     Usage,
     accelerator_api,
     accelerator_architecture_name,
     accelerator_count,
     backend_selection,
+    batch_inplace_copy,
     calculate_virtual_device_count,
     calculate_virtual_device_count_from_cli,
+    copy_pinned_to_destinations,
     devices_exist,
     load_devices,
     scan_available_devices,
@@ -183,9 +187,27 @@ def exercise_buffers(device: Device, cpu: CPU) -> list[str]:
     flat = on_device.view(dtype=DType.float32, shape=(6,))
     assert as_int.shape == (2, 3) and flat.shape == (6,)
 
-    # Copies: ordered on both queues, no synchronization needed.
+    # Copies: ordered by the memory they touch, no synchronization needed.
     target = Buffer(DType.float32, (2, 3), queue)
     target.inplace_copy_from(host)
+    batch_inplace_copy([target], [host])
+    copy_pinned_to_destinations(host, [target])
+
+    # Hazard records: declare work the module does not see, poison a buffer.
+    point: HostHazardCompletion = HostHazardCompletion.record_on(queue)
+    target._stamp_write(point)
+    target._stamp_read(point)
+    point.wait(timeout=WAIT)
+    tracked: bool = target._host_hazard_tracked
+    untracked = Buffer(DType.int8, (4,), device, usage=Usage.UNTRACKED)
+    assert tracked and not untracked._host_hazard_tracked and point.is_ready()
+    failed = HostHazardCompletion.poisoned(queue, "the producer failed")
+    failed.poison("it failed again")
+    untracked._stamp_write(failed)  # a no-op: untracked storage
+    try:
+        failed.wait()
+    except HostHazardError as exc:
+        log.append(str(exc))
     copied: Buffer = host.copy(device)
     on_queue: Buffer = host.copy(stream=queue)
     moved: Buffer = host.to(queue)

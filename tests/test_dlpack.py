@@ -202,12 +202,15 @@ def test_cpu_accepts_stream_none_and_minus_one(stream):
     ],
     ids=["__dlpack__", "stream=None", "np.from_dlpack", "to_numpy"],
 )
-def test_host_access_waits_for_the_buffers_queue(gate, export):
-    """SPEC §12.6: reading from the host (stream=None) first waits for the
-    work enqueued on buf.stream so far."""
+def test_host_access_waits_for_the_last_write(gate, export):
+    """SPEC §12.6, §13: reading from the host (stream=None) first waits for
+    the storage's last write (here a copy behind a gate), and for nothing
+    else: a gate alone does not hold it."""
     q = DeviceQueue(CPU())
     buf = Buffer.zeros((4,), DType.float32, q)
     flag = gate(q)
+    returns_promptly(lambda: export(buf))
+    buf.inplace_copy_from(Buffer.from_numpy(np.ones(4, np.float32)))
     call = Call(lambda: export(buf))
     assert call.blocked()
     flag.signal(1)
@@ -215,12 +218,18 @@ def test_host_access_waits_for_the_buffers_queue(gate, export):
 
 
 def test_stream_minus_one_does_not_wait(gate):
-    """SPEC §13: -1 does no ordering, so nothing to wait for."""
+    """SPEC §13: -1 does no ordering, so nothing to wait for, even with the
+    buffer's last write pending (which stream=None waits for)."""
     q = DeviceQueue(CPU())
     buf = Buffer.zeros((4,), DType.float32, q)
-    gate(q)
+    flag = gate(q)
+    buf.inplace_copy_from(Buffer.from_numpy(np.ones(4, np.float32)))
     cap = returns_promptly(lambda: buf.__dlpack__(stream=-1, max_version=(1, 0)))
     assert tensor(cap).data == buf._data_ptr()
+    waiting = Call(lambda: buf.__dlpack__(stream=None))
+    assert waiting.blocked(), "the positive control did not wait"
+    flag.signal(1)
+    waiting.value()
 
 
 @pytest.mark.parametrize("stream", [0, 1, 2, 3, -2, 2**40, 2**64])

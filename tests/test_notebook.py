@@ -88,14 +88,13 @@ def check_outputs(nb):
     assert "queue.record_event()" in everything and "ns per call" in everything
     assert "event.is_ready()" in everything
     assert "elapsed_time (ms)" in everything
-    # buffers: a NumPy alias, views, and a copy ordered across two queues
+    # buffers: a NumPy alias, views, and a copy ordered by hazard records
     assert "max.driver.Buffer(DType.float32, (3, 4), cpu[0]:queue@0x" in everything
     assert "data[0, 1] after writing through the view: -1.0" in everything
     assert "to_numpy() shares the array's memory: True" in everything
     assert "| buf[::-1, :] | (3, 4) | (-4, 1) | DType.float32 | False |" in everything
-    assert "while dst_q is gated: []" in everything
-    assert "after the signal: ['src_q: after the copy']" in everything
-    assert "target: [0 1 2 3]" in everything
+    assert "while dst_q is gated: ['src_q: after the copy']" in everything
+    assert "target (waits for the copy): [0 1 2 3]" in everything
     pngs = [
         out for c in cells for out in c.outputs if "image/png" in out.get("data", {})
     ]

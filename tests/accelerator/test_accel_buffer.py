@@ -18,11 +18,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
-import time
 
 import numpy as np
 import pytest
-from accel_support import ENQ, NOT_YET, WAIT
+from accel_support import ENQ, WAIT
 from buffer_support import (
     ELEMENT_SIZE,
     NUMPY_DTYPES,
@@ -192,21 +191,19 @@ def test_allocation_and_zeros_return_while_the_queue_is_gated(acc, aq, gate):
 
 def test_zeros_fill_is_enqueued_on_the_queue(acc, gate):
     """SPEC §12.3: on an accelerator the fill of ``zeros`` is enqueued on
-    the buffer's queue.  A STAGING buffer is host memory the host reads
-    without waiting, so the fill is seen landing when the gate opens (as
-    MAX's test_staging_zeros notes)."""
+    the buffer's queue.  A STAGING buffer is tracked (SPEC §12.3, §12.6): a
+    host read waits for the fill, the buffer's last write; an alias taken
+    meanwhile is plain memory and sees the fill land when the gate opens."""
     flag = gate(acc.default_queue)
     zeros = returns_promptly(
         lambda: Buffer.zeros((N,), DType.int32, acc, usage=Usage.STAGING)
     )
     assert zeros.pinned and zeros.usage is Usage.STAGING
-    alias = zeros.to_numpy()
-    alias[:] = 7
-    time.sleep(NOT_YET)
-    assert (alias == 7).all(), "the fill ran before the gate opened"
+    assert zeros._host_hazard_tracked
+    read = Call(zeros.to_numpy)
+    assert read.blocked(), "a host read did not wait for the gated fill"
     flag.signal(1)
-    acc.default_queue.synchronize(timeout=WAIT)
-    assert (alias == 0).all()
+    assert (read.value() == 0).all()
 
 
 def test_device_pinned_zeros_are_zero_on_return(acc, gate):
@@ -490,27 +487,24 @@ def test_to_a_list_of_targets(acc, aq):
     assert out[2].device is CPU() and np.array_equal(out[2].to_numpy(), ref)
 
 
-def test_to_stream_waits_for_work_so_far(acc, gate, rec):
-    """SPEC §12.6: the new queue first waits for ``buf.stream``'s work so
-    far; later work on the two queues is not ordered."""
+def test_to_stream_shares_the_record_and_links_no_queues(acc, gate, rec):
+    """SPEC §12.6: ``buf.to(q2)`` is the same storage with the same record:
+    a host read of the alias waits for a write pending on the original's
+    queue; work on the two queues is not linked otherwise."""
     q1, q2 = DeviceQueue(acc), DeviceQueue(acc)
-    buf = Buffer(DType.int32, (4,), q1)
+    buf = Buffer(DType.int32, (N,), q1)
     flag = gate(q1)
     _enq(q1, rec.fn("q1"))
+    buf.inplace_copy_from(host_source(np.full(N, 3, np.int32)))  # behind q1
     moved = returns_promptly(lambda: buf.to(q2))
+    assert moved.stream is q2 and moved._data_ptr() == buf._data_ptr()
     _enq(q2, rec.fn("q2"))
-    time.sleep(NOT_YET)
-    assert rec.snapshot() == []
+    assert rec.wait("q2"), "q2 waited for q1"
+    assert not rec.has("q1"), "the gate did not hold q1"
+    read = Call(moved.to_numpy)
+    assert read.blocked(), "the alias's read did not wait for the pending write"
     flag.signal(1)
-    assert rec.wait("q2")
-    assert rec.snapshot() == ["q1", "q2"]
-    second = gate(q1)
-    _enq(q1, rec.fn("q1 again"))
-    _enq(moved.stream, rec.fn("q2 again"))
-    assert rec.wait("q2 again")
-    assert not rec.has("q1 again")
-    second.signal(1)
-    assert rec.wait("q1 again")
+    assert (read.value() == 3).all()
 
 
 # --------------------------------------------------------------------------
@@ -580,18 +574,39 @@ def test_pinned_to_numpy_aliases_without_waiting(acc, gate, make):
     flag.signal(1)
 
 
-def test_pinned_item_and_setitem_wait(acc, gate):
-    """SPEC §12.6: item() waits on pinned memory too, and so does a host
-    write."""
+def test_untracked_pinned_item_waits_and_setitem_does_not(acc, gate, rec):
+    """SPEC §12.6, Usage.UNTRACKED (DevicePinnedBuffer): item() waits for
+    the buffer's queue, as MAX's pinned buffers do; a host write waits for
+    nothing."""
     pinned = DevicePinnedBuffer.zeros((2,), DType.int32, acc)
+    assert not pinned._host_hazard_tracked
     flag = gate(pinned.stream)
+    _enq(pinned.stream, rec.fn("held"))
     read = Call(lambda: pinned[0].item())
-    write = Call(lambda: pinned.__setitem__(1, 4))
-    assert read.blocked() and write.blocked()
+    returns_promptly(lambda: pinned.__setitem__(1, 4))
+    assert read.blocked() and not rec.has("held")
     flag.signal(1)
     assert read.value() == 0
-    write.value()
     assert pinned.to_numpy().tolist() == [0, 4]
+
+
+def test_staging_item_and_setitem_wait_for_the_record(acc, gate, rec):
+    """A tracked STAGING buffer: item() and a host write wait for its last
+    write (a fill behind a gate), not for its queue's unrelated work."""
+    staging = Buffer.zeros((2,), DType.int32, acc, usage=Usage.STAGING)
+    flag = gate(staging.stream)
+    _enq(staging.stream, rec.fn("held"))
+    assert returns_promptly(lambda: staging[0].item()) == 0
+    returns_promptly(lambda: staging.__setitem__(1, 5))
+    assert not rec.has("held"), "the gate did not hold the queue"
+    staging.inplace_copy_from(host_source(np.array([7, 7], np.int32)))
+    read = Call(lambda: staging[0].item())
+    write = Call(lambda: staging.__setitem__(1, 4))
+    assert read.blocked() and write.blocked()
+    flag.signal(1)
+    assert read.value() == 7
+    write.value()
+    assert staging.to_numpy().tolist() == [7, 4]
 
 
 def test_pinned_data_transfer_as_max(acc):
@@ -656,78 +671,86 @@ def test_pageable_to_device_never_waits_for_a_gated_destination(acc, aq, gate):
     assert (moved.to_numpy() == 7).all()
 
 
-def test_device_to_pageable_is_complete_on_return(acc, aq, gate):
+def test_device_to_pageable_is_complete_on_return(acc, aq, gate, rec):
     """Into pageable CPU memory from an accelerator: the copy is complete
-    when the call returns (so it waits for the source's queue)."""
+    when the call returns, so it waits for the source's last write (a copy
+    behind a gate), and for nothing else on the source's queue."""
     dev, ref = device_buffer(acc, queue=aq)
     host = Buffer(DType.int32, (5, 7), DeviceQueue(CPU()))
     alias = host.to_numpy()
-    host.inplace_copy_from(dev)
-    assert np.array_equal(alias, ref)  # no synchronize
-    alias[...] = 0
     flag = gate(aq)
+    _enq(aq, rec.fn("held"))
+    returns_promptly(lambda: host.inplace_copy_from(dev))
+    assert np.array_equal(alias, ref)  # no synchronize
+    assert not rec.has("held"), "the gate did not hold the source's queue"
+    dev.inplace_copy_from(host_source(ref * 2))  # dev's producer, gated
     call = Call(lambda: host.inplace_copy_from(dev))
-    assert call.blocked(), "returned before the gated source queue ran the copy"
+    assert call.blocked(), "returned before the source's producer ran"
     flag.signal(1)
     call.value()
-    assert np.array_equal(alias, ref)
+    assert np.array_equal(alias, ref * 2)
 
 
 def test_device_to_device_returns_at_once_and_is_ordered(acc, gate):
+    """A copy from a buffer whose producer is gated returns at once; a host
+    read of the destination waits for the chain (producer, then copy)."""
     q1, q2 = DeviceQueue(acc), DeviceQueue(acc)
-    src, ref = device_buffer(acc, queue=q1)
+    src = Buffer(DType.int32, (5, 7), q1)
     dst = Buffer(DType.int32, (5, 7), q2)
+    ref = sample_array(DType.int32, (5, 7))
     flag = gate(q1)
+    src.inplace_copy_from(host_source(ref))
     returns_promptly(lambda: dst.inplace_copy_from(src))
-    read = Call(dst.to_numpy)  # waits for q2, which waits for the copy
+    read = Call(dst.to_numpy)
     assert read.blocked()
     flag.signal(1)
     assert np.array_equal(read.value(), ref)
 
 
-def test_copy_joins_both_queues(acc, gate):
-    """A copy runs after everything enqueued on either queue before the
-    call, and everything enqueued on either afterwards runs after it: the
-    host function before the copy (on the source's queue) writes 2, the
-    one after it writes 3, and the destination gets 2."""
+def test_untracked_source_copy_waits_for_its_queue_so_far(acc, gate):
+    """SPEC §12.6, Usage.UNTRACKED: a copy from untracked memory (a
+    DevicePinnedBuffer written by a host function, work no record holds)
+    waits for the source's queue so far, and does not hold it back
+    afterwards."""
     qs, qd = DeviceQueue(acc), DeviceQueue(acc)
     pinned = DevicePinnedBuffer(DType.int32, [N], qs)
     alias = pinned.to_numpy()
     alias[:] = 1
     dst = Buffer.zeros((N,), DType.int32, acc).to(qd)
-    flag = gate(qd)
+    flag = gate(qs)
     _enq(qs, lambda: alias.__setitem__(slice(None), 2))
     returns_promptly(lambda: dst.inplace_copy_from(pinned))
-    _enq(qs, lambda: alias.__setitem__(slice(None), 3))
+    read = Call(dst.to_numpy)
+    assert read.blocked(), "the copy did not wait for the source's queue"
     flag.signal(1)
-    assert (dst.to_numpy() == 2).all()
-    qs.synchronize(timeout=WAIT)
-    assert (alias == 3).all()
+    assert (read.value() == 2).all()
 
 
-def test_pageable_source_queue_waits_for_the_upload(acc, aq, gate):
-    """SPEC §12.6, the join on the source's side: work enqueued on the
-    pageable source's CPU queue after the copy runs after the upload, which
-    waits behind the destination's gated queue."""
+def test_pageable_source_queue_does_not_wait_for_the_upload(acc, aq, gate, rec):
+    """SPEC §12.6: an upload from a pageable source holds nothing back on
+    the source's CPU queue: work enqueued there afterwards runs at once,
+    while the upload waits behind the destination's gated queue."""
     cq = DeviceQueue(CPU())
     src = Buffer.from_numpy(np.full(N, 5, np.int32)).to(cq)
     dst = DevicePinnedBuffer(DType.int32, [N], aq)
     alias = dst.to_numpy()
     alias[:] = 0
     flag = gate(aq)
+    _enq(aq, rec.fn("held"))
     returns_promptly(lambda: dst.inplace_copy_from(src))
     seen = []
     _enq(cq, lambda: seen.append(alias.copy()))
-    time.sleep(NOT_YET)
-    assert not seen, "the source's queue ran ahead of the copy"
-    flag.signal(1)
     cq.synchronize(timeout=WAIT)
-    assert (seen[0] == 5).all()
+    assert (seen[0] == 0).all(), "the upload ran before its queue's gate"
+    assert not rec.has("held")
+    flag.signal(1)
+    aq.synchronize(timeout=WAIT)
+    assert (alias == 5).all()
 
 
 def test_uploads_from_one_cpu_queue_into_a_gated_queue(acc, aq, gate):
-    """The join an upload leaves on its source's CPU queue does not hold
-    host access: a second upload from that queue returns at once too."""
+    """An upload into a gated queue leaves nothing pending in its source's
+    record: a second upload from that queue returns at once too."""
     srcs = [Buffer.from_numpy(np.full(N, v, np.int32)) for v in (1, 2)]
     dsts = [Buffer(DType.int32, (N,), aq) for _ in srcs]
     flag = gate(aq)
@@ -795,8 +818,8 @@ def test_chain_across_devices_needs_no_synchronization(acc, acc1):
         b.inplace_copy_from(a)  # peer
         c.inplace_copy_from(b)  # peer back
         pinned.inplace_copy_from(c)  # device -> pinned of the other device
-        # Pinned -> pageable: read through to_numpy(), which waits for the
-        # host buffer's queue, whether or not the copy completed on return.
+        # Pinned -> pageable: the untracked pinned source is read after its
+        # queue so far (the device -> pinned copy).
         host.inplace_copy_from(pinned)
         assert (host.to_numpy() == round_).all(), round_
 
@@ -813,9 +836,16 @@ def test_peer_copy_into_a_gated_queue(acc, acc1, gate):
     assert np.array_equal(read.value(), ref)
 
 
-def test_host_reads_and_writes_wait_for_the_queue(acc, gate):
-    dev = Buffer.zeros((4,), DType.int32, acc)
-    flag = gate(dev.stream)
+def test_host_reads_and_writes_wait_for_the_record(acc, gate, rec):
+    """Host access to device memory waits for its last write (a fill behind
+    a gate), not for the gate itself."""
+    done = Buffer.zeros((4,), DType.int32, acc)
+    flag = gate(acc.default_queue)
+    _enq(acc.default_queue, rec.fn("held"))
+    assert returns_promptly(done.to_numpy).tolist() == [0] * 4
+    returns_promptly(lambda: done.__setitem__(2, 1))
+    assert not rec.has("held"), "the gate did not hold the queue"
+    dev = Buffer.zeros((4,), DType.int32, acc)  # its fill is gated
     calls = [
         Call(dev.to_numpy),
         Call(lambda: dev[0].item()),
@@ -860,7 +890,7 @@ def test_dropped_source_of_a_pending_device_copy(acc, gate):
     qa, qb = DeviceQueue(acc), DeviceQueue(acc)
     src, ref = device_buffer(acc, queue=qa)
     dst = Buffer(DType.int32, (5, 7), qb)
-    flag = gate(qa)
+    flag = gate(qb)
     dst.inplace_copy_from(src)
     del src
     gc.collect()
@@ -926,7 +956,6 @@ f = CompletionFlag(acc)
 q.wait_for_host_value(f, 1)
 for _ in range(20):
     dst = Buffer(DType.int8, (1 << 16,), q)
-    # Each source on a CPU queue of its own: a copy joins its source's queue.
     dst.inplace_copy_from(Buffer(DType.int8, (1 << 16,), DeviceQueue(CPU())))
 print("EXITING", flush=True)
 """

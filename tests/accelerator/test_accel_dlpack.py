@@ -299,7 +299,8 @@ def test_a_bogus_handle_is_the_drivers_error(acc, fake):
 
 
 # --------------------------------------------------------------------------
-# The consumer's stream waits for the buffer's queue, the host does not
+# The consumer's stream waits for the storage's last write, the host does
+# not (SPEC §13; untracked storage: for the buffer's queue)
 
 
 def export_here(buf, flag, **kwargs):
@@ -317,11 +318,15 @@ def export_here(buf, flag, **kwargs):
     return capsule
 
 
-def gated_buffer(device, gate):
-    """A buffer on a queue of its own, held by a gate (returned)."""
+def gated_buffer(device, gate, dtype=DType.float32, shape=(4, 8)):
+    """A buffer on a queue of its own whose last write (its producer, an
+    upload) is held by a gate (returned): what a consumer must wait for."""
     q = DeviceQueue(device)
-    buf, ref = filled(q)
-    return buf, ref, gate(q)
+    flag = gate(q)
+    ref = sample_array(dtype, shape)
+    buf = Buffer(dtype, shape, q)
+    buf.inplace_copy_from(Buffer.from_numpy(ref))
+    return buf, ref, flag
 
 
 @pytest.mark.parametrize("which", ["legacy", "per-thread"])
@@ -366,18 +371,36 @@ def test_special_stream_of_the_buffers_device(acc, acc1, api, gate, raw):
 
 @pytest.mark.parametrize("kind", ["device", "pinned"])
 def test_another_queues_stream_waits(acc, gate, rec, kind):
-    q = DeviceQueue(acc)
+    """For device memory the producer behind the gate; for an untracked
+    DevicePinnedBuffer the buffer's queue (its gate)."""
     if kind == "device":
-        buf, _ = filled(q)
+        buf, _, flag = gated_buffer(acc, gate)
     else:
+        q = DeviceQueue(acc)
         buf = DevicePinnedBuffer.zeros((4,), DType.float32, q)
-    flag = gate(q)
+        flag = gate(q)
     consumer = DeviceQueue(acc)
     returns_promptly(lambda: buf.__dlpack__(stream=consumer.native_stream_handle))
     getattr(consumer, ENQ)(rec.fn("consumer"))
     assert not rec.wait("consumer", NOT_YET)
     flag.signal(1)
     assert rec.wait("consumer")
+
+
+def test_the_consumer_does_not_wait_for_unrelated_work(acc, gate, rec):
+    """A gate on the buffer's queue holds no write of the buffer: the
+    consumer's stream is not held by it (the positive control: a host
+    function behind the gate has not run)."""
+    q = DeviceQueue(acc)
+    buf, _ = filled(q)
+    flag = gate(q)
+    getattr(q, ENQ)(rec.fn("held"))
+    consumer = DeviceQueue(acc)
+    returns_promptly(lambda: buf.__dlpack__(stream=consumer.native_stream_handle))
+    getattr(consumer, ENQ)(rec.fn("consumer"))
+    assert rec.wait("consumer")
+    assert not rec.has("held"), "the gate did not hold its queue"
+    flag.signal(1)
 
 
 def test_the_export_orders_only_work_enqueued_before_it(acc, gate, rec):
@@ -582,9 +605,7 @@ def test_from_dlpack_of_pinned_memory_is_zero_copy(acc):
 
 
 def test_from_dlpack_orders_the_producers_work_before_ours(acc, gate, rec):
-    q = DeviceQueue(acc)
-    src, ref = filled(q)
-    flag = gate(q)
+    src, ref, flag = gated_buffer(acc, gate)
     producer = Recording(src)
     imported = returns_promptly(lambda: Buffer.from_dlpack(producer))
     assert producer.calls[0]["stream"] == acc.default_queue.native_stream_handle
