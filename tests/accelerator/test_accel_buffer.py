@@ -695,11 +695,11 @@ def test_device_to_device_returns_at_once_and_is_ordered(acc, gate):
     """A copy from a buffer whose producer is gated returns at once; a host
     read of the destination waits for the chain (producer, then copy)."""
     q1, q2 = DeviceQueue(acc), DeviceQueue(acc)
-    src = Buffer(DType.int32, (5, 7), q1)
+    src = Buffer(DType.int32, (5, 7), DeviceQueue(acc))
     dst = Buffer(DType.int32, (5, 7), q2)
     ref = sample_array(DType.int32, (5, 7))
     flag = gate(q1)
-    src.inplace_copy_from(host_source(ref))
+    src.to(q1).inplace_copy_from(host_source(ref))  # through an alias
     returns_promptly(lambda: dst.inplace_copy_from(src))
     read = Call(dst.to_numpy)
     assert read.blocked()

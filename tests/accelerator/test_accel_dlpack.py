@@ -320,12 +320,15 @@ def export_here(buf, flag, **kwargs):
 
 def gated_buffer(device, gate, dtype=DType.float32, shape=(4, 8)):
     """A buffer on a queue of its own whose last write (its producer, an
-    upload) is held by a gate (returned): what a consumer must wait for."""
-    q = DeviceQueue(device)
-    flag = gate(q)
+    upload) is held by a gate (returned): what a consumer must wait for.
+    The producer runs on another queue, through a ``to(queue)`` alias of the
+    same storage, so that only the hazard record links it to the buffer
+    (the buffer's own queue is idle)."""
+    buf = Buffer(dtype, shape, DeviceQueue(device))
+    producer = buf.to(DeviceQueue(device))
+    flag = gate(producer.stream)
     ref = sample_array(dtype, shape)
-    buf = Buffer(dtype, shape, q)
-    buf.inplace_copy_from(Buffer.from_numpy(ref))
+    producer.inplace_copy_from(Buffer.from_numpy(ref))
     return buf, ref, flag
 
 
@@ -711,7 +714,11 @@ def test_foreign_device_memory_is_imported_zero_copy(acc, api, device_memory):
     assert buf._data_ptr() == ptr and buf.device is acc
     ref = sample_array(DType.float32, (8, 8))
     buf.inplace_copy_from(Buffer.from_numpy(ref))
-    again = Buffer.from_dlpack(p)  # a second tensor over the same memory
+    # A second import of the same memory is another storage with a record of
+    # its own (SPEC §12.6: an alias the module does not know): its reads are
+    # not ordered after buf's write, so the host waits for that first.
+    again = Buffer.from_dlpack(p)
+    buf.stream.synchronize(timeout=WAIT)
     assert np.array_equal(again.to_numpy(), ref)
     assert p.calls[0] == {
         "max_version": (1, 0),
