@@ -44,7 +44,13 @@ CALLS: list[tuple[str, str, str, float | None]] = [
     ("buf[1:3, ::2] (a view)", "buf[1:3, ::2]", "a[1:3, ::2]", 1.5),
     ("buf.item() (one element)", "one.item()", "a1.item()", 1.5),
     ("buf[i, j] = v", "buf[1, 2] = 0.5", "a[1, 2] = 0.5", 1.5),
-]
+    # The hazard records' price on calls that touch them (SPEC §12.6): a
+    # buffer on one queue with nothing pending pays a load or two.
+    ("Buffer.zeros((4, 6), DType.float32)", "zeros((4, 6), f32)",
+     "np.zeros((4, 6), np_f32)", None),
+    ("dst.inplace_copy_from(src) (24 floats)", "dst.inplace_copy_from(buf)",
+     "np.copyto(a2, a)", None),
+]  # fmt: skip
 
 
 def numpy_skip_reason() -> str | None:
@@ -68,6 +74,9 @@ def _fixture() -> dict[str, object]:
         "buf": driver.Buffer.zeros((4, 6), DType.float32),
         "a1": np.zeros((1,), np.float32),
         "one": driver.Buffer.zeros((1,), DType.float32),
+        "zeros": driver.Buffer.zeros,
+        "dst": driver.Buffer.zeros((4, 6), DType.float32),
+        "a2": np.zeros((4, 6), np.float32),
     }
 
 

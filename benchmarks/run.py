@@ -486,7 +486,7 @@ def optional_sections(scale_down: int) -> list[Result]:
     """Buffers against NumPy, and the GIL's cost on the fake GPU driver: each
     runs when what it needs is there, else says why not."""
     # Imported here: both modules import this one.
-    from benchmarks import buffers, fake_gpu
+    from benchmarks import buffers, fake_gpu, fake_pipelines
 
     results = []
     reason = buffers.numpy_skip_reason()
@@ -499,6 +499,7 @@ def optional_sections(scale_down: int) -> list[Result]:
         print(f"[{fake_gpu.SECTION}] skipped: {reason}")
     else:
         results += fake_gpu.benchmark(reps=7, number=50_000 // scale_down)
+        results += fake_pipelines.benchmark(reps=5 if scale_down == 1 else 2)
     return results
 
 

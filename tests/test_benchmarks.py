@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # for `benchmarks`, a top-level directory
     sys.path.insert(0, str(REPO))
 
-from benchmarks import buffers, fake_gpu  # noqa: E402
+from benchmarks import buffers, fake_gpu, fake_pipelines  # noqa: E402
 from benchmarks.run import (  # noqa: E402
     Result,
     optional_sections,
@@ -76,6 +76,8 @@ def test_buffer_figures_have_design_targets():
         "buf[1:3, ::2] (a view)": 1.5,
         "buf.item() (one element)": 1.5,
         "buf[i, j] = v": 1.5,
+        "Buffer.zeros((4, 6), DType.float32)": None,
+        "dst.inplace_copy_from(src) (24 floats)": None,
     }
     for r in results:
         assert r.ratio > 0 and math.isfinite(r.ratio), r
@@ -112,6 +114,16 @@ def test_gil_figures_run_on_the_fake_driver():
     # no-op call there.
     held = [r for r in results if "(GIL held)" in r.name]
     assert all(r.ratio > 1 for r in held), held
+
+
+@pytest.mark.skipif(fake_gpu.skip_reason() is not None, reason="no fake driver")
+def test_pipeline_overlap_runs_on_the_fake_driver():
+    """SPEC §12.6's overlap: two pipelines on two queues against one queue,
+    an info figure (the child checks that both pipelines kept their data)."""
+    (r,) = fake_pipelines.benchmark(reps=1, mib=1, steps=2)
+    assert r.section == "fake GPU (CPU-side)" and r.status == "info"
+    assert r.name.startswith("two pipelines") and r.ratio > 0
+    assert "ms on two queues vs" in r.detail
 
 
 def test_gil_child_refuses_a_backend_other_than_the_fake():
