@@ -1,6 +1,8 @@
 """Runs tests/core/stress.c: many threads using the C core's CPU queues at
 once with every operation, checking ordering, gating, wake-ups and that all
-work runs (see the file's header).  No Python in the loop: built as for
+work runs (see the file's header); and tests/core/hazard_stress.c: threads
+copying between buffers over shared, sometimes gated, queues, checking that
+each read sees the last write the hazard records order it after.  No Python in the loop: built as for
 production, under ThreadSanitizer and under ASan+UBSan (with LeakSanitizer),
 each bounded to a few seconds of stress (MAX_DRIVER_STRESS_SECONDS).
 
@@ -122,6 +124,31 @@ def test_core_stress(tmp_path: Path, variant: str) -> None:
     assert "stress passed" in result.stdout
     counts = dict(re.findall(r"(\w+)=(\d+)", result.stdout))
     for name in ("host_ran", "gates", "async", "event_chains", "device_syncs"):
+        assert int(counts.get(name, 0)) > 0, f"the stress never did {name}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_hazard_stress(tmp_path: Path, variant: str) -> None:
+    exe = _compile(tmp_path, "hazard_stress.c", VARIANTS[variant])
+    if exe is None:
+        pytest.skip(f"the compiler cannot build with {variant}")
+    result = subprocess.run(
+        [str(exe), SECONDS, "4"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env=native_env(),
+    )
+    print(result.stdout)
+    failures = [ln for ln in result.stderr.splitlines() if "hazard_stress: " in ln]
+    assert not failures, "\n".join(failures) + "\n" + result.stdout
+    _check_sanitizers(result)
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    assert "hazard stress passed" in result.stdout
+    counts = dict(re.findall(r"(\w+)=(\d+)", result.stdout))
+    for name in ("rounds", "gated_rounds", "shared_ops", "stamps"):
         assert int(counts.get(name, 0)) > 0, f"the stress never did {name}"
 
 

@@ -400,14 +400,27 @@ def test_stamp_write_orders_host_access_after_unseen_work(cpu, gate, rec):
     assert call.value() == [3, 3, 3, 3]
 
 
-def test_a_write_stamp_clears_the_reads(cpu, gate, rec):
-    q = DeviceQueue(cpu)
+def test_a_write_stamp_supersedes_only_what_is_before_it(cpu, gate, rec):
+    """A write stamp is the new last write and clears the reads (MAX's rule)
+    as far as they are before it: a completed read, or one of the stamp's
+    own queue, goes; a read still pending on another queue stays, and a
+    later host write still waits for it (no module operation may race)."""
+    q, other = DeviceQueue(cpu), DeviceQueue(cpu)
     buf = filled([1, 2])
-    held(q, gate, rec, "reader")
+    flag = held(q, gate, rec, "reader")
     buf._stamp_read(HostHazardCompletion.record_on(q))
-    buf._stamp_write(HostHazardCompletion.record_on(DeviceQueue(cpu)))
-    returns_promptly(lambda: buf.__setitem__(0, 5))
-    assert_still_held(rec, "reader")
+    buf._stamp_write(HostHazardCompletion.record_on(other))  # other is idle
+    write = Call(lambda: buf.__setitem__(0, 5))
+    assert write.blocked(), "the pending read on another queue was dropped"
+    flag.signal(1)
+    write.value()
+    assert rec.wait("reader")
+    held(q, gate, rec, "second")
+    buf._stamp_read(HostHazardCompletion.record_on(other))  # complete at once
+    buf._stamp_write(HostHazardCompletion.record_on(other))
+    returns_promptly(lambda: buf.__setitem__(1, 6))
+    assert buf.to_numpy().tolist() == [5, 6]
+    assert_still_held(rec, "second")
 
 
 def test_completion_record_on_is_ready_when_its_queue_passed(cpu, gate):

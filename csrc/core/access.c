@@ -148,27 +148,22 @@ mxd_status mxd_write_host(const mxd_view *v, const void *src,
     return st;
 }
 
-/* The point a consumer's stream must follow (retained), or NULL. */
-static mxd_status consumer_point(const mxd_view *v, mxd_completion **out,
-                                 mxd_error *err)
+/* How many pending last writes a consumer's stream is ordered after at
+ * once: one but for write stamps of several queues. */
+enum { MAX_CONSUMER_WAITS = 8 };
+
+/* What a consumer's stream must follow (retained into out[0..*count)). */
+static mxd_status consumer_points(const mxd_view *v, mxd_completion **out,
+                                  int *count, mxd_error *err)
 {
-    mxd_memory *m = v->memory;
-    *out = NULL;
-    if (!m->tracked)
-        return mxd_queue_is_idle(v->queue)
-                   ? MXD_OK
-                   : mxd_completion_record_on(v->queue, out, err);
-    mxd_hazard_lock(m, NULL);
-    mxd_completion *c = m->record.write;
-    mxd_status st = MXD_OK;
-    if (c && mxd_completion_poison_message(c))
-        st = mxd_fail(err, MXD_HAZARD, "%s", mxd_completion_poison_message(c));
-    else if (c && !mxd_completion_known_done(c))
-        mxd_completion_retain(c);
-    else
-        c = NULL;
-    mxd_hazard_unlock(m, NULL);
-    *out = st == MXD_OK ? c : NULL;
+    *count = 0;
+    if (v->memory->tracked)
+        return mxd_hazard_pending_writes(v->memory, out, MAX_CONSUMER_WAITS,
+                                         count, err);
+    if (mxd_queue_is_idle(v->queue))
+        return MXD_OK;
+    mxd_status st = mxd_completion_record_on(v->queue, out, err);
+    *count = st == MXD_OK;
     return st;
 }
 
@@ -182,14 +177,19 @@ mxd_status mxd_order_native(const mxd_view *v, uintptr_t native,
     if (!ops->native_wait_completion)
         return mxd_fail(err, MXD_UNAVAILABLE,
                         "%s queues have no native streams to order", ops->api);
-    mxd_completion *c;
-    if ((st = consumer_point(v, &c, err)) != MXD_OK || !c)
+    mxd_completion *points[MAX_CONSUMER_WAITS];
+    int count;
+    if ((st = consumer_points(v, points, &count, err)) != MXD_OK)
         return st;
-    /* A point of a CPU queue (a user's stamp) cannot be waited for by a
-     * stream we do not own: the host waits for it instead. */
-    st = c->ops == ops ? ops->native_wait_completion(v->memory->device, native,
-                                                     c, err)
-                       : mxd_completion_wait_host(c, NULL, err);
-    mxd_completion_release(c);
+    for (int i = 0; i < count; i++) {
+        mxd_completion *c = points[i];
+        /* A point of a CPU queue (a user's stamp) cannot be waited for by
+         * a stream we do not own: the host waits for it instead. */
+        if (st == MXD_OK)
+            st = c->ops == ops ? ops->native_wait_completion(
+                                     v->memory->device, native, c, err)
+                               : mxd_completion_wait_host(c, NULL, err);
+        mxd_completion_release(c);
+    }
     return st;
 }

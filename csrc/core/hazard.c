@@ -212,91 +212,116 @@ mxd_status mxd_queue_wait_completion(mxd_queue *q, mxd_completion *c,
 
 /* ---- Records ------------------------------------------------------------ */
 
+/* A record's lists keep at most one completion per queue, the latest: a
+ * queue is in order, so it covers the queue's earlier ones. */
+
+static void entries_clear(mxd_entries *e)
+{
+    for (int i = 0; i < e->n; i++)
+        mxd_completion_release(e->at[i]);
+    e->n = 0;
+}
+
+/* Keeps the entries `keep` says yes to, releasing the others. */
+static void entries_filter(mxd_entries *e, bool (*keep)(mxd_completion *c,
+                                                        const void *arg),
+                           const void *arg)
+{
+    int kept = 0;
+    for (int i = 0; i < e->n; i++) {
+        if (keep(e->at[i], arg))
+            e->at[kept++] = e->at[i];
+        else
+            mxd_completion_release(e->at[i]);
+    }
+    e->n = kept;
+}
+
+/* Adds c (retained), replacing an older entry of its queue.  Out of
+ * memory, the host waits for the oldest entry instead of keeping it: an
+ * entry is never lost. */
+static void entries_add(mxd_entries *e, mxd_completion *c)
+{
+    for (int i = 0; i < e->n; i++) {
+        mxd_completion *old = e->at[i];
+        if (old->queue != c->queue)
+            continue;
+        if (old->seq <= c->seq) {
+            mxd_completion_retain(c);
+            e->at[i] = c;
+            mxd_completion_release(old);
+        }
+        return;
+    }
+    if (e->n == e->cap) {
+        int cap = e->cap ? e->cap * 2 : 2;
+        mxd_completion **grown = realloc(e->at, (size_t)cap * sizeof c);
+        if (grown) {
+            e->at = grown;
+            e->cap = cap;
+        } else {
+            mxd_error ignored;
+            mxd_completion_wait(e->at[0], NULL, &ignored);
+            mxd_completion_release(e->at[0]);
+            e->at[0] = e->at[--e->n];
+        }
+    }
+    mxd_completion_retain(c);
+    e->at[e->n++] = c;
+}
+
+static void entries_fini(mxd_entries *e)
+{
+    entries_clear(e);
+    free(e->at);
+    e->at = NULL;
+    e->cap = 0;
+}
+
+/* Publishes whether the lists hold anything, for the lock-free looks of
+ * host access (mxd_host_access_idle, mxd_host_read_wait). */
+static void publish(mxd_record *r)
+{
+    atomic_store_explicit(&r->has_write, r->writes.n > 0, memory_order_release);
+    atomic_store_explicit(&r->has_reads, r->reads.n > 0, memory_order_release);
+}
+
 void mxd_record_init(mxd_record *r)
 {
     pthread_mutex_init(&r->mu, NULL);
     atomic_init(&r->has_write, false);
     atomic_init(&r->has_reads, false);
-    r->write = NULL;
-    r->reads = NULL;
-    r->nreads = r->cap = 0;
-}
-
-static void set_write(mxd_record *r, mxd_completion *c)
-{
-    mxd_completion_release(r->write);
-    r->write = c;
-    atomic_store_explicit(&r->has_write, c != NULL, memory_order_release);
-}
-
-static void clear_reads(mxd_record *r)
-{
-    for (int i = 0; i < r->nreads; i++)
-        mxd_completion_release(r->reads[i]);
-    r->nreads = 0;
-    atomic_store_explicit(&r->has_reads, false, memory_order_release);
+    r->writes = (mxd_entries){NULL, 0, 0};
+    r->reads = (mxd_entries){NULL, 0, 0};
 }
 
 void mxd_record_fini(mxd_record *r)
 {
-    set_write(r, NULL);
-    clear_reads(r);
-    free(r->reads);
-    r->reads = NULL;
-    r->cap = 0;
+    entries_fini(&r->writes);
+    entries_fini(&r->reads);
+    publish(r);
     pthread_mutex_destroy(&r->mu);
+}
+
+static bool pending_or_poisoned(mxd_completion *c, const void *unused)
+{
+    (void)unused;
+    return mxd_completion_poison_message(c) || !mxd_completion_known_done(c);
+}
+
+/* A read that failed did not damage the memory it read. */
+static bool pending(mxd_completion *c, const void *unused)
+{
+    (void)unused;
+    return !mxd_completion_known_done(c);
 }
 
 /* Drops the entries known complete (no driver call). */
 static void compact(mxd_record *r)
 {
-    if (r->write && mxd_completion_known_done(r->write) &&
-        !mxd_completion_poison_message(r->write))
-        set_write(r, NULL);
-    int kept = 0;
-    for (int i = 0; i < r->nreads; i++) {
-        /* A read that failed did not damage the memory it read. */
-        if (mxd_completion_known_done(r->reads[i]))
-            mxd_completion_release(r->reads[i]);
-        else
-            r->reads[kept++] = r->reads[i];
-    }
-    r->nreads = kept;
-    atomic_store_explicit(&r->has_reads, kept > 0, memory_order_release);
-}
-
-/* Adds a read; the latest per queue is all that is kept.  Out of memory,
- * the oldest kept read of another queue is waited for instead: never lose
- * an entry. */
-static void add_read(mxd_record *r, mxd_completion *c)
-{
-    for (int i = 0; i < r->nreads; i++) {
-        mxd_completion *old = r->reads[i];
-        if (old->queue != c->queue)
-            continue;
-        if (old->seq <= c->seq) {
-            mxd_completion_retain(c);
-            r->reads[i] = c;
-            mxd_completion_release(old);
-        }
-        return;
-    }
-    if (r->nreads == r->cap) {
-        int cap = r->cap ? r->cap * 2 : 2;
-        mxd_completion **grown = realloc(r->reads, (size_t)cap * sizeof c);
-        if (!grown) {
-            mxd_error ignored;
-            mxd_completion_wait(r->reads[0], NULL, &ignored);
-            mxd_completion_release(r->reads[0]);
-            r->reads[0] = r->reads[--r->nreads];
-        } else {
-            r->reads = grown;
-            r->cap = cap;
-        }
-    }
-    mxd_completion_retain(c);
-    r->reads[r->nreads++] = c;
-    atomic_store_explicit(&r->has_reads, true, memory_order_release);
+    entries_filter(&r->writes, pending_or_poisoned, NULL);
+    entries_filter(&r->reads, pending, NULL);
+    publish(r);
 }
 
 static void lock_one(mxd_memory *m)
@@ -334,6 +359,14 @@ static mxd_status queue_point(const mxd_view *v, mxd_completion **out,
     return mxd_completion_record_on(v->queue, out, err);
 }
 
+static mxd_status wait_entries(mxd_queue *q, mxd_entries *e, mxd_error *err)
+{
+    mxd_status st = MXD_OK;
+    for (int i = 0; st == MXD_OK && i < e->n; i++)
+        st = mxd_queue_wait_completion(q, e->at[i], err);
+    return st;
+}
+
 mxd_status mxd_hazard_order(mxd_queue *q, const mxd_view *v, bool write,
                             mxd_error *err)
 {
@@ -350,12 +383,8 @@ mxd_status mxd_hazard_order(mxd_queue *q, const mxd_view *v, bool write,
     }
     mxd_record *r = &m->record;
     compact(r);
-    mxd_status st = MXD_OK;
-    if (r->write)
-        st = mxd_queue_wait_completion(q, r->write, err);
-    for (int i = 0; write && st == MXD_OK && i < r->nreads; i++)
-        st = mxd_queue_wait_completion(q, r->reads[i], err);
-    return st;
+    mxd_status st = wait_entries(q, &r->writes, err);
+    return st == MXD_OK && write ? wait_entries(q, &r->reads, err) : st;
 }
 
 /* Whether the host must still wait for c: not complete (asking the
@@ -370,35 +399,43 @@ static bool host_must_wait(mxd_completion *c)
     return !c->ops->completion_behind_caller(c);
 }
 
-/* The first entry a host access must wait for (a poisoned last write
- * included: the access must see it), dropping a complete last write; NULL
- * when there is none. */
-static mxd_completion *first_pending(mxd_record *r, bool write)
+/* The first entry of `e` the host must wait for or see poisoned, or NULL. */
+static mxd_completion *first_of(mxd_entries *e, bool poison_counts)
+{
+    for (int i = 0; i < e->n; i++) {
+        mxd_completion *c = e->at[i];
+        bool wait = host_must_wait(c); /* a query may poison it */
+        if (wait || (poison_counts && mxd_completion_poison_message(c)))
+            return c;
+    }
+    return NULL;
+}
+
+/* The first entry a host access must wait for (a poisoned write included:
+ * the access must see it), dropping the complete ones; NULL when there is
+ * none.  *is_read tells a read from a write. */
+static mxd_completion *first_pending(mxd_record *r, bool write, bool *is_read)
 {
     compact(r);
-    if (r->write) {
-        bool wait = host_must_wait(r->write); /* a query may poison it */
-        if (wait || mxd_completion_poison_message(r->write))
-            return r->write;
-        if (mxd_completion_known_done(r->write))
-            set_write(r, NULL);
-    }
-    for (int i = 0; write && i < r->nreads; i++)
-        if (host_must_wait(r->reads[i]))
-            return r->reads[i];
-    return NULL;
+    mxd_completion *c = first_of(&r->writes, true);
+    *is_read = false;
+    if (!c && write && (c = first_of(&r->reads, false)))
+        *is_read = true;
+    if (!c) /* what the queries found complete goes now */
+        compact(r);
+    return c;
 }
 
 bool mxd_hazard_settled(const mxd_view *v, bool write)
 {
-    if (!v->memory->tracked)
-        return true;
-    return first_pending(&v->memory->record, write) == NULL;
+    bool is_read;
+    return !v->memory->tracked ||
+           first_pending(&v->memory->record, write, &is_read) == NULL;
 }
 
 /* What the calling thread must wait for before it touches v itself
  * (retained), or NULL; *is_read when it is a read of v (whose failure is
- * not v's).  MXD_HAZARD for a poisoned last write. */
+ * not v's).  MXD_HAZARD for a poisoned write. */
 static mxd_status host_pending(const mxd_view *v, bool write,
                                mxd_completion **out, bool *is_read,
                                mxd_error *err)
@@ -409,13 +446,11 @@ static mxd_status host_pending(const mxd_view *v, bool write,
         return MXD_OK;
     if (!v->memory->tracked)
         return write ? MXD_OK : queue_point(v, out, err);
-    mxd_record *r = &v->memory->record;
-    mxd_completion *c = first_pending(r, write);
-    if (c && c == r->write && mxd_completion_poison_message(c))
+    mxd_completion *c = first_pending(&v->memory->record, write, is_read);
+    if (c && !*is_read && mxd_completion_poison_message(c))
         return hazard_of(c, err);
     if (c)
         mxd_completion_retain(c);
-    *is_read = c && c != r->write;
     *out = c;
     return MXD_OK;
 }
@@ -449,14 +484,18 @@ mxd_status mxd_hazard_lock_settled(const mxd_view *read, const mxd_view *write,
 void mxd_hazard_note(mxd_memory *read, mxd_memory *write, mxd_completion *c)
 {
     if (write) {
+        /* The operation waited for everything the record held. */
         mxd_record *r = &write->record;
-        clear_reads(r);
+        entries_clear(&r->reads);
+        entries_clear(&r->writes);
         if (c)
-            mxd_completion_retain(c);
-        set_write(r, c);
+            entries_add(&r->writes, c);
+        publish(r);
     }
-    if (read && read != write && c)
-        add_read(&read->record, c);
+    if (read && read != write && c) {
+        entries_add(&read->record.reads, c);
+        publish(&read->record);
+    }
 }
 
 void mxd_hazard_visit(mxd_memory *m, void (*visit)(mxd_completion *c,
@@ -464,20 +503,58 @@ void mxd_hazard_visit(mxd_memory *m, void (*visit)(mxd_completion *c,
                       void *ctx)
 {
     mxd_record *r = &m->record;
-    if (r->write)
-        visit(r->write, ctx);
-    for (int i = 0; i < r->nreads; i++)
-        visit(r->reads[i], ctx);
+    for (int i = 0; i < r->writes.n; i++)
+        visit(r->writes.at[i], ctx);
+    for (int i = 0; i < r->reads.n; i++)
+        visit(r->reads.at[i], ctx);
+}
+
+/* Entries a write stamp of c supersedes: complete ones, and those of c's
+ * queue (c is at its end, after them). */
+static bool not_superseded(mxd_completion *e, const void *c)
+{
+    return e->queue != ((const mxd_completion *)c)->queue &&
+           !mxd_completion_known_done(e);
 }
 
 void mxd_memory_stamp(mxd_memory *m, mxd_completion *c, bool write)
 {
     if (!m->tracked)
         return;
+    mxd_record *r = &m->record;
     mxd_hazard_lock(m, NULL);
-    if (write)
-        mxd_hazard_note(NULL, m, c);
-    else
-        add_read(&m->record, c);
+    /* A write stamp is the last write and clears the reads (MAX's rule)
+     * as far as they are before it: pending work of other queues, which a
+     * point of c's queue cannot be after, stays to be waited for. */
+    if (write) {
+        entries_filter(&r->writes, not_superseded, c);
+        entries_filter(&r->reads, not_superseded, c);
+    }
+    entries_add(write ? &r->writes : &r->reads, c);
+    publish(r);
     mxd_hazard_unlock(m, NULL);
+}
+
+mxd_status mxd_hazard_pending_writes(mxd_memory *m, mxd_completion **out,
+                                     int cap, int *count, mxd_error *err)
+{
+    mxd_record *r = &m->record;
+    mxd_hazard_lock(m, NULL);
+    compact(r);
+    mxd_status st = MXD_OK;
+    *count = 0;
+    for (int i = 0; st == MXD_OK && i < r->writes.n; i++) {
+        mxd_completion *c = r->writes.at[i];
+        if (mxd_completion_poison_message(c))
+            st = hazard_of(c, err);
+        else if (*count < cap)
+            mxd_completion_retain(out[(*count)++] = c);
+    }
+    mxd_hazard_unlock(m, NULL);
+    if (st != MXD_OK) {
+        for (int i = 0; i < *count; i++)
+            mxd_completion_release(out[i]);
+        *count = 0;
+    }
+    return st;
 }

@@ -5,7 +5,8 @@
  * Each mxd_memory (a storage: every view of it shares it) owns a record:
  * the completion of the last write this module enqueued into it and the
  * completions of the reads since, at most one per queue (a queue is in
- * order: its latest read covers the earlier ones).  A completion names a
+ * order: its latest read covers the earlier ones).  User stamps add to it
+ * (mxd_memory_stamp).  A completion names a
  * point in one queue: a ticket on a CPU timeline, or an event mark on an
  * accelerator stream (gpu_backend.inc).  Completed entries are dropped when
  * an operation next looks at the record.
@@ -57,14 +58,22 @@ struct mxd_completion {
     _Atomic(char *) poison; /* malloc'd; set once */
 };
 
+/* Completions, at most one per queue (the latest). */
+typedef struct mxd_entries {
+    mxd_completion **at;
+    int n, cap;
+} mxd_entries;
+
 typedef struct mxd_record {
     pthread_mutex_t mu;
-    /* Whether `write` is set and whether there are reads: host access
-     * looks without the lock first. */
+    /* Whether the lists are not empty: host access looks without the lock
+     * first. */
     atomic_bool has_write, has_reads;
-    mxd_completion *write;
-    mxd_completion **reads; /* nreads of cap, one per queue */
-    int nreads, cap;
+    /* The last write: one completion after an operation of ours; more only
+     * when a write stamp of one queue could not supersede pending work of
+     * others (mxd_memory_stamp). */
+    mxd_entries writes;
+    mxd_entries reads; /* since the last write */
 } mxd_record;
 
 void mxd_record_init(mxd_record *r);
@@ -118,8 +127,13 @@ mxd_status mxd_hazard_lock_settled(const mxd_view *read, const mxd_view *write,
 /* Under the lock: an operation with completion c (NULL: it is complete)
  * read `read` and wrote `write` (either may be NULL, or the same memory). */
 void mxd_hazard_note(mxd_memory *read, mxd_memory *write, mxd_completion *c);
+/* The pending last writes of m (retained into out[0..*count), at most
+ * cap), for ordering a stream we do not own after them; MXD_HAZARD when
+ * one is poisoned. */
+mxd_status mxd_hazard_pending_writes(mxd_memory *m, mxd_completion **out,
+                                     int cap, int *count, mxd_error *err);
 /* For a memory being freed (nobody else can reach its record): calls visit
- * for every completion in it, the last write first. */
+ * for every completion in it, the last writes first. */
 void mxd_hazard_visit(mxd_memory *m, void (*visit)(mxd_completion *c,
                                                    void *ctx),
                       void *ctx);
