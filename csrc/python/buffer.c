@@ -839,8 +839,9 @@ static PyMethodDef buffer_methods[] = {
      BINDING_DOC("_stamp_write", "($self, completion, /)",
                  "Declares work the module does not see as the last write "
                  "into the storage: later copies and host access wait for "
-                 "`completion` (a HostHazardCompletion); the reads recorded "
-                 "so far are dropped. No-op on untracked storage.")},
+                 "`completion` (a HostHazardCompletion); what the record held "
+                 "before it (complete entries, those of its queue) is "
+                 "dropped. No-op on untracked storage.")},
     {"_stamp_read", binding_buffer_stamp_read, METH_O,
      BINDING_DOC("_stamp_read", "($self, completion, /)",
                  "Declares work the module does not see as a read of the "
