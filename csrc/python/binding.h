@@ -62,6 +62,8 @@ typedef struct binding_state {
     PyObject *cpu;                  /* the one CPU Device object */
     PyObject **accelerators;        /* per id, created on first use */
     int accelerator_count;
+    /* Virtual accelerators by core device address (virtual device mode). */
+    PyObject *virtual_devices;
     binding_bridge bridge;
 } binding_state;
 
@@ -262,6 +264,9 @@ PyObject *binding_device_default_queue(DeviceObject *self);
 /* Wraps a queue reference the caller owns into a DeviceQueue; the reference
  * is consumed even on failure. */
 PyObject *binding_queue_wrap(binding_state *st, mxd_queue *queue);
+
+/* set_virtual_device_count and its siblings (virtual.c). */
+extern PyMethodDef binding_virtual_functions[];
 
 /* ---- Errors (errors.c) -------------------------------------------------- */
 
