@@ -170,6 +170,8 @@ PyObject *binding_buffer_copy(PyObject *self, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames);
 PyObject *binding_buffer_contiguous(PyObject *self, PyObject *unused);
 PyObject *binding_buffer_to(PyObject *self, PyObject *target);
+PyObject *binding_buffer_to_kw(PyObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames);
 PyObject *binding_buffer_dlpack(PyObject *self, PyObject *const *args,
                                 Py_ssize_t nargs, PyObject *kwnames);
 PyObject *binding_buffer_dlpack_device(PyObject *self, PyObject *unused);
@@ -181,6 +183,12 @@ PyObject *binding_buffer_cuda_array_interface(PyObject *self, void *closure);
 
 /* DLPack and NumPy (dlpack.c). */
 PyObject *binding_from_numpy(PyObject *cls, PyObject *array);
+PyObject *binding_buffer_from_numpy(PyObject *cls, PyObject *const *args,
+                                    Py_ssize_t nargs, PyObject *kwnames);
+/* A Buffer over `array`'s memory (new reference): from_numpy for a NumPy
+ * array (a copy where it must), from_dlpack for another DLPack producer;
+ * TypeError for anything else. */
+PyObject *binding_import_array(binding_state *st, PyObject *array);
 PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames);
 PyObject *binding_to_numpy(PyObject *self, PyObject *unused);
