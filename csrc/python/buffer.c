@@ -400,9 +400,9 @@ static PyObject *construct_from_array(PyTypeObject *type, PyObject **argv)
     if (src == NULL)
         return NULL;
     BufferObject *s = (BufferObject *)src;
-    PyObject *dst =
-        binding_buffer_alloc(st, type, stream, s->dtype_index,
-                             BUFFER_USAGE_DEFAULT, buffer_rank(s), buffer_shape(s));
+    PyObject *dst = binding_buffer_alloc(st, type, stream, s->dtype_index,
+                                         BUFFER_USAGE_DEFAULT, buffer_rank(s),
+                                         buffer_shape(s));
     if (dst != NULL && binding_buffer_copy_into((BufferObject *)dst, s) < 0)
         Py_CLEAR(dst);
     Py_DECREF(src);

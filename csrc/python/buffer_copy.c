@@ -71,15 +71,15 @@ PyObject *binding_buffer_inplace_copy_from(PyObject *self,
     /* MAX's texts and order, which MAX code may match on (MAX says "from"
      * for a destination that is not contiguous; here each text names the
      * side it is about), then what this call saw. */
-    const char *problem =
-        !mxd_layout_is_contiguous(&dl) ? "Cannot copy to non-contiguous buffer"
-        : !mxd_layout_is_contiguous(&sl)
-            ? "Cannot copy from non-contiguous buffer"
-        : binding_buffer_count(d) != binding_buffer_count(s)
-            ? "Cannot copy buffers of different sizes"
-        : d->dtype_index != s->dtype_index
-            ? "Cannot copy buffers of different dtypes"
-            : NULL;
+    const char *problem = !mxd_layout_is_contiguous(&dl)
+                              ? "Cannot copy to non-contiguous buffer"
+                          : !mxd_layout_is_contiguous(&sl)
+                              ? "Cannot copy from non-contiguous buffer"
+                          : binding_buffer_count(d) != binding_buffer_count(s)
+                              ? "Cannot copy buffers of different sizes"
+                          : d->dtype_index != s->dtype_index
+                              ? "Cannot copy buffers of different dtypes"
+                              : NULL;
     if (problem != NULL) {
         PyErr_Format(PyExc_ValueError,
                      "%s (inplace_copy_from(): destination %S, %lld "
