@@ -318,15 +318,12 @@ def _help_signatures() -> dict[str, str]:
         "accelerator_count",
         "backend_selection",
         "__unsafe_pack_py_host_func",
-        "set_virtual_device_count",
-        "get_virtual_device_count",
-        "is_virtual_device_mode",
-        "set_virtual_device_api",
-        "get_virtual_device_api",
-        "set_virtual_device_target_arch",
-        "get_virtual_device_target_arch",
-        "set_virtual_cpu_target",
-        "get_virtual_cpu_target",
+        # virtual device mode's functions
+        *(
+            n
+            for n in driver.__all__
+            if n.startswith(("set_virt", "get_virt", "is_virt"))
+        ),
     ):
         sig = inspect.signature(getattr(driver, fn_name))
         out[fn_name] = f"{fn_name}{sig}"

@@ -17,10 +17,9 @@ import copy
 import os
 import pickle
 import platform
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -41,7 +40,6 @@ from max.driver import (
 )
 from max.dtype import DType
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REAL_COUNT = core.accelerator_count()  # before any test turned the mode on
 VIRTUAL = "virtual device mode"
 SETTERS = {
@@ -70,24 +68,11 @@ def virtual(count: int = 2, api: str = "cuda", arch: str = "sm_80") -> None:
     max.driver.set_virtual_device_count(count)
 
 
-def _child(code: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAX_DRIVER_")}
-    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=REPO_ROOT,
-    )
-
-
 # ---- the settings ----------------------------------------------------------
 
 
-def test_off_and_unset_in_a_fresh_process() -> None:
-    result = _child(
+def test_off_and_unset_in_a_fresh_process(run_py: Any) -> None:
+    result = run_py(
         "from max import driver as d\n"
         "print(d.get_virtual_device_count(), d.is_virtual_device_mode(),\n"
         "      [d.get_virtual_device_api(), d.get_virtual_device_target_arch(),\n"
@@ -398,7 +383,7 @@ def test_threads_racing_settings_and_devices() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_the_settings_work_after_fork() -> None:
+def test_the_settings_work_after_fork(run_py: Any) -> None:
     virtual(2, api="hip", arch="gfx90a")
     code = (
         "import os, sys\n"
@@ -413,6 +398,6 @@ def test_the_settings_work_after_fork() -> None:
         "_, status = os.waitpid(pid, 0)\n"
         "print(os.waitstatus_to_exitcode(status))\n"
     )
-    result = _child(code)
+    result = run_py(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "0"

@@ -126,6 +126,10 @@ int binding_parse_dtype(binding_state *st, const char *fname, const char *param,
                         PyObject *obj);
 /* A shape argument: a sequence of ints; returns the rank or -1. */
 int binding_parse_shape(const char *fname, PyObject *obj, int64_t *shape);
+/* One dimension (an int or __index__); a negative one is the core's to
+ * reject, after every argument's type was checked.  -1 with an exception
+ * (OverflowError beyond 64 bits). */
+int binding_parse_dimension(const char *fname, PyObject *item, int64_t *out);
 /* `device=` / `stream=` / None: the DeviceQueue to bind to (borrowed), or
  * NULL with TypeError set. */
 PyObject *binding_parse_target(binding_state *st, const char *fname,

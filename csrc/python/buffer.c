@@ -87,9 +87,7 @@ int binding_parse_dtype(binding_state *st, const char *fname, const char *param,
     return -1;
 }
 
-/* A dimension's value; negative ones are the core's to reject (after
- * every argument's type was checked). */
-static int shape_entry(const char *fname, PyObject *item, int64_t *out)
+int binding_parse_dimension(const char *fname, PyObject *item, int64_t *out)
 {
     PyObject *index = PyNumber_Index(item);
     if (index == NULL)
@@ -142,7 +140,7 @@ static int shape_values(const char *fname, PyObject *seq, int64_t *shape)
     }
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < rank; i++)
-        if (shape_entry(fname, items[i], &shape[i]) < 0)
+        if (binding_parse_dimension(fname, items[i], &shape[i]) < 0)
             return -1;
     return (int)rank;
 }

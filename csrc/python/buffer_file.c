@@ -116,21 +116,7 @@ static int parse_mmap_shape(PyObject *obj, int64_t *shape)
 {
     if (PyBool_Check(obj) || !PyIndex_Check(obj))
         return binding_parse_shape("mmap", obj, shape);
-    PyObject *index = PyNumber_Index(obj);
-    if (index == NULL)
-        return -1;
-    int overflow;
-    long long n = PyLong_AsLongLongAndOverflow(index, &overflow);
-    Py_DECREF(index);
-    if (overflow) {
-        PyErr_SetString(PyExc_OverflowError,
-                        "mmap(): the shape does not fit in 64 bits");
-        return -1;
-    }
-    if (n == -1 && PyErr_Occurred())
-        return -1;
-    shape[0] = n; /* a negative one is the size check's to reject */
-    return 1;
+    return binding_parse_dimension("mmap", obj, &shape[0]) < 0 ? -1 : 1;
 }
 
 PyObject *binding_buffer_mmap(PyObject *cls, PyObject *const *args,
