@@ -103,6 +103,21 @@ def test_buffer_of_an_array_in_a_subclass() -> None:
     assert type(buf) is Mine and buf.to_numpy().tolist() == [0, 1, 2]
 
 
+def test_buffer_of_an_array_by_keyword() -> None:
+    class Mine(Buffer):  # tp_new's path, besides vectorcall's
+        pass
+
+    for cls in (Buffer, Mine):
+        buf = cls(array=np.arange(3), device=CPU())
+        assert type(buf) is cls and buf.to_numpy().tolist() == [0, 1, 2]
+        with pytest.raises(TypeError, match="missing required argument 'device'"):
+            cls(array=np.arange(3))  # type: ignore[call-overload]
+        with pytest.raises(TypeError, match="unexpected keyword argument 'dtype'"):
+            cls(array=np.arange(3), device=CPU(), dtype=DType.int8)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="must be a NumPy array or another DLPack"):
+        Buffer(array=[1, 2], device=CPU())  # type: ignore[call-overload]
+
+
 def test_buffer_of_an_array_bad_arguments() -> None:
     array = np.arange(3)
     with pytest.raises(TypeError, match="missing required argument 'device'"):

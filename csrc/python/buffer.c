@@ -374,7 +374,8 @@ static bool is_dtype(binding_state *st, PyObject *obj)
 }
 
 /* Whether Buffer(first, ...) is the array overload: a first argument that
- * is not a DType but exports memory (others fail as a bad dtype). */
+ * is not a DType but exports memory (others fail as a bad dtype); by
+ * keyword, a call naming `array`. */
 static bool is_array_call(binding_state *st, PyObject *first)
 {
     return first != NULL && !is_dtype(st, first) &&
@@ -413,8 +414,9 @@ static PyObject *buffer_vectorcall(PyObject *type, PyObject *const *args,
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     const binding_params params = {"Buffer", new_names, 5, 2};
     PyObject *argv[5];
-    if (nargs > 0 &&
-        is_array_call(binding_type_state((PyTypeObject *)type), args[0])) {
+    if (nargs > 0
+            ? is_array_call(binding_type_state((PyTypeObject *)type), args[0])
+            : has_keyword(kwnames, NULL, "array")) {
         const binding_params array_params = {"Buffer", array_names, 2, 2};
         if (binding_parse_fast(&array_params, args, nargs, kwnames, argv) < 0)
             return NULL;
@@ -438,8 +440,9 @@ static PyObject *buffer_tp_new(PyTypeObject *type, PyObject *args,
 {
     const binding_params params = {"Buffer", new_names, 5, 2};
     PyObject *argv[5];
-    if (PyTuple_GET_SIZE(args) > 0 &&
-        is_array_call(binding_type_state(type), PyTuple_GET_ITEM(args, 0))) {
+    if (PyTuple_GET_SIZE(args) > 0
+            ? is_array_call(binding_type_state(type), PyTuple_GET_ITEM(args, 0))
+            : has_keyword(NULL, kwargs, "array")) {
         const binding_params array_params = {"Buffer", array_names, 2, 2};
         if (binding_parse_tuple(&array_params, args, kwargs, argv) < 0)
             return NULL;

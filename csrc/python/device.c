@@ -608,7 +608,9 @@ static PyType_Slot accelerator_slots[] = {
     {Py_tp_doc,
      BINDING_DOC("Accelerator", "(id=-1)",
                  "Accelerator (GPU) `id`; -1 means 0. One cached object per "
-                 "id. ValueError when there is no such accelerator.")},
+                 "id. ValueError when there is no such accelerator. In "
+                 "virtual device mode (set_virtual_device_count), a virtual "
+                 "device for compilation only.")},
     {0, NULL},
 };
 
