@@ -43,12 +43,21 @@ from max.driver import (
     calculate_virtual_device_count_from_cli,
     copy_pinned_to_destinations,
     devices_exist,
+    get_virtual_cpu_target,
+    get_virtual_device_api,
+    get_virtual_device_count,
+    get_virtual_device_target_arch,
+    is_virtual_device_mode,
     load_devices,
     scan_available_devices,
+    set_virtual_cpu_target,
+    set_virtual_device_api,
+    set_virtual_device_count,
+    set_virtual_device_target_arch,
 )
 from max.driver import __unsafe_pack_py_host_func as pack_host_func
 from max.driver import driver as helpers
-from max.dtype import DType
+from max.dtype import DType, finfo
 
 WAIT = 10.0
 
@@ -216,6 +225,22 @@ def exercise_buffers(device: Device, cpu: CPU) -> list[str]:
     assert packed.device is cpu and len(many) == 2
     log.append(f"copies on {copied.device}, {on_queue.stream}, {moved.stream}")
 
+    # MAX's keyword forms, the array constructor and sequence keys.
+    from_array: Buffer = Buffer(data, device)  # always a copy, on `device`
+    assert from_array.device is device and from_array.shape == (2, 3)
+    assert Buffer(np.ones(3, np.int8), device=cpu).to_numpy().tolist() == [1] * 3
+    assert Buffer.from_numpy(arr=data).shape == (2, 3)
+    assert Buffer.from_dlpack(array=data, copy=True).shape == (2, 3)
+    to_device: Buffer = host.to(device=device)
+    to_stream: Buffer = host.to(stream=queue)
+    to_devices: list[Buffer] = host.to(devices=[cpu, device])
+    to_streams: list[Buffer] = host.to(streams=[queue, cpu.default_queue])
+    assert to_device.device is device and to_stream.stream is queue
+    assert len(to_devices) == len(to_streams) == 2
+    row: Buffer = on_device[[1, slice(None)]]
+    on_device[[0, 1]] = 7
+    assert row.shape == (3,) and on_device[0, 1].item() == 7.0
+
     # DLPack: numpy arrays and buffers are both DLPackArrays.
     producers: list[DLPackArray] = [data, host]
     imported = [Buffer.from_dlpack(p) for p in producers]
@@ -233,6 +258,7 @@ def exercise_buffers(device: Device, cpu: CPU) -> list[str]:
         mapped[0] = 42.0
         del mapped
         assert np.fromfile(path, dtype=np.float32)[0] == 42.0
+        assert Buffer.mmap(path, DType.float32, shape=6).shape == (6,)
 
     if not device.is_host:
         pinned = DevicePinnedBuffer.zeros((4,), DType.float32, device)
@@ -277,6 +303,50 @@ def exercise_helpers() -> None:
         print("architecture:", accelerator_architecture_name())
 
 
+def exercise_virtual_devices() -> None:
+    """MAX's virtual device mode: accelerators for compilation only."""
+    set_virtual_device_api("cuda")
+    set_virtual_device_target_arch("sm_90")
+    set_virtual_cpu_target("generic")
+    set_virtual_device_count(2)
+    try:
+        assert is_virtual_device_mode() and get_virtual_device_count() == 2
+        assert accelerator_count() == 2  # whatever the hardware
+        gpu: Accelerator = Accelerator(1)
+        assert gpu.api == get_virtual_device_api() == "cuda"
+        assert gpu.architecture_name == get_virtual_device_target_arch()
+        cpu_target: str = get_virtual_cpu_target()
+        one: Device = helpers.load_device(DeviceSpec.accelerator(0))
+        assert load_devices([DeviceSpec.accelerator(1)]) == [gpu] and one.id == 0
+        print(f"virtual: {gpu.model_name}, CPU target {cpu_target}")
+        try:
+            _ = gpu.default_queue  # no queues, events, flags or memory
+        except RuntimeError as exc:
+            assert "virtual device mode" in str(exc)
+    finally:
+        set_virtual_device_count(0)
+        for reset in (
+            set_virtual_device_api,
+            set_virtual_device_target_arch,
+            set_virtual_cpu_target,
+        ):
+            reset("")
+    assert not is_virtual_device_mode()
+
+
+def exercise_dtypes() -> None:
+    """max.dtype beyond DType's members: limits and MLIR names."""
+    limits: finfo = finfo(DType.bfloat16)
+    e4m3 = DType.finfo(DType.float8_e4m3fn)
+    values: list[float] = [limits.eps, limits.max, limits.min, limits.tiny]
+    assert e4m3.max == 448.0 and limits.smallest_normal == values[-1]
+    assert limits.bits == 16 and limits.dtype is DType.bfloat16
+    assert DType("f32") is DType.float32 and DType.int8._mlir == "si8"
+    assert repr(DType.float32) == "float32" and str(DType.float32) == "DType.float32"
+    version: str = driver.__version__
+    print(f"max.driver {version}")
+
+
 def exercise_deprecated(cpu: CPU) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -301,6 +371,8 @@ def main() -> int:
     print(describe(cpu))
     print(exercise_queues(cpu, cpu))
     exercise_helpers()
+    exercise_virtual_devices()
+    exercise_dtypes()
     exercise_deprecated(cpu)
     exercise_packed_host_func()
     print(exercise_buffers(cpu, cpu))

@@ -318,6 +318,12 @@ def _help_signatures() -> dict[str, str]:
         "accelerator_count",
         "backend_selection",
         "__unsafe_pack_py_host_func",
+        # virtual device mode's functions
+        *(
+            n
+            for n in driver.__all__
+            if n.startswith(("set_virt", "get_virt", "is_virt"))
+        ),
     ):
         sig = inspect.signature(getattr(driver, fn_name))
         out[fn_name] = f"{fn_name}{sig}"

@@ -127,18 +127,168 @@ def test_lookup_by_value_is_the_member() -> None:
 
 
 def test_str_and_repr() -> None:
+    """str() is Enum's, repr() the bare name (as MAX's nanobind enum)."""
     assert str(DType.float32) == "DType.float32"
-    assert repr(DType.float32) == "<DType.float32: 81>"
+    assert repr(DType.float32) == "float32"
     for d in DType:
         assert str(d) == f"DType.{d.name}"
-        assert repr(d) == f"<DType.{d.name}: {d.value}>"
+        assert repr(d) == d.name
         assert f"{d}" == str(d)
+    assert repr([DType.int8, DType.bfloat16]) == "[int8, bfloat16]"
 
 
 def test_members_pickle_and_hash() -> None:
     for d in DType:
         assert pickle.loads(pickle.dumps(d)) is d
     assert len({hash(d) for d in DType}) == 21
+
+
+# ---- MLIR names (MAX's DType("f32") and DType._mlir) -------------------------
+
+MLIR = {
+    "bool": "i1",
+    "int8": "si8",
+    "int16": "si16",
+    "int32": "si32",
+    "int64": "si64",
+    "uint8": "ui8",
+    "uint16": "ui16",
+    "uint32": "ui32",
+    "uint64": "ui64",
+    "float16": "f16",
+    "float32": "f32",
+    "float64": "f64",
+    "bfloat16": "bf16",
+    "float4_e2m1fn": "f4e2m1fn",
+    "float6_e2m3fn": "f6e2m3fn",
+    "float6_e3m2fn": "f6e3m2fn",
+    "float8_e8m0fnu": "f8e8m0fnu",
+    "float8_e4m3fn": "f8e4m3fn",
+    "float8_e4m3fnuz": "f8e4m3fnuz",
+    "float8_e5m2": "f8e5m2",
+    "float8_e5m2fnuz": "f8e5m2fnuz",
+}
+
+
+def test_mlir_names_round_trip() -> None:
+    assert set(MLIR) == set(VALUES)
+    for name, mlir in MLIR.items():
+        d = DType[name]
+        assert d._mlir == mlir
+        assert DType(mlir) is d
+        assert DType(d._mlir) is d  # MAX's own round-trip test
+    assert DType("f32") is DType.float32
+    assert isinstance(inspect.getattr_static(DType, "_mlir"), property)
+
+
+def test_unknown_strings_are_not_dtypes() -> None:
+    """Only MLIR names are looked up; anything else is Enum's ValueError
+    (MAX's lookup raises KeyError there)."""
+    for value in ("float32", "F32", "f32 ", "", "bool", "DType.float32", "i32"):
+        with pytest.raises(ValueError, match="is not a valid DType"):
+            DType(value)
+
+
+# ---- finfo -----------------------------------------------------------------------
+
+FLOAT_NAMES = [name for name in VALUES if DType[name].is_float()]
+
+
+def test_finfo_is_max_dtype_finfo() -> None:
+    import max.dtype
+
+    assert DType.finfo is max.dtype.finfo
+    assert "finfo" not in DType.__members__  # an attribute, not a member
+    assert len(DType) == 21
+    info = DType.finfo(DType.float16)
+    assert isinstance(info, max.dtype.finfo) and info.dtype is DType.float16
+
+
+@pytest.mark.parametrize("name", FLOAT_NAMES)
+def test_finfo_matches_ml_dtypes_and_numpy(name: str) -> None:
+    """Exact equality with the reference implementation of each format:
+    NumPy's for the IEEE types, ml_dtypes' for the others."""
+    np = _numpy()
+    from max.dtype import finfo
+
+    info = finfo(DType[name])
+    if name in ("float16", "float32", "float64"):
+        ref = np.finfo(getattr(np, name))
+    else:
+        ml_dtypes = pytest.importorskip("ml_dtypes", reason="in the test extra")
+        ref = ml_dtypes.finfo(getattr(ml_dtypes, name))
+    assert info.bits == ref.bits == DType[name].size_in_bits
+    for attr in ("eps", "max", "min", "tiny", "smallest_normal"):
+        value = getattr(info, attr)
+        assert type(value) is float, attr
+        assert value == float(getattr(ref, attr)), (name, attr)
+    assert info.dtype is DType[name]
+
+
+def test_finfo_known_values() -> None:
+    """Spelled out, so that the values hold without NumPy and ml_dtypes
+    (MAX's table; e8m0fnu has no sign, so its min is its smallest value)."""
+    from max.dtype import finfo
+
+    expected = {
+        "bfloat16": (16, 2**-7, (2 - 2**-7) * 2**127, 2**-126),
+        "float8_e4m3fn": (8, 2**-3, 448.0, 2**-6),
+        "float8_e4m3fnuz": (8, 2**-3, 240.0, 2**-7),
+        "float8_e5m2": (8, 2**-2, 57344.0, 2**-14),
+        "float8_e5m2fnuz": (8, 2**-2, 57344.0, 2**-15),
+        "float4_e2m1fn": (4, 0.5, 6.0, 1.0),
+        "float6_e2m3fn": (6, 2**-3, 7.5, 1.0),
+        "float6_e3m2fn": (6, 2**-2, 28.0, 2**-2),
+        "float16": (16, 2**-10, 65504.0, 2**-14),
+        "float64": (64, 2**-52, sys.float_info.max, sys.float_info.min),
+    }
+    for name, (bits, eps, largest, tiny) in expected.items():
+        info = finfo(DType[name])
+        assert (info.bits, info.eps, info.max, info.tiny) == (
+            bits,
+            eps,
+            largest,
+            tiny,
+        ), name
+        assert info.min == -largest and info.smallest_normal == tiny
+    e8m0 = finfo(DType.float8_e8m0fnu)
+    assert (e8m0.bits, e8m0.eps, e8m0.max) == (8, 1.0, 2.0**127)
+    assert e8m0.min == e8m0.tiny == 2.0**-127
+
+
+def test_finfo_repr() -> None:
+    from max.dtype import finfo
+
+    assert repr(finfo(DType.float8_e4m3fn)) == (
+        "finfo(dtype=float8_e4m3fn, bits=8, eps=0.125, max=448.0, min=-448.0, "
+        "tiny=0.015625)"
+    )
+
+
+def test_finfo_rejects_what_is_not_a_float_dtype() -> None:
+    from max.dtype import finfo
+
+    for d in DType:
+        if not d.is_float():
+            with pytest.raises(TypeError, match=f"floating-point types, got {d.name}"):
+                finfo(d)
+    for bad in ("float32", 81, None, float):
+        with pytest.raises(TypeError, match="must be a max.dtype.DType"):
+            finfo(bad)  # type: ignore[arg-type]
+
+
+def test_finfo_needs_no_numpy() -> None:
+    result = _child(
+        """
+        import sys
+        from max.dtype import DType, finfo
+        print(finfo(DType.float32).max, DType.finfo(DType.bfloat16).eps)
+        print(sys.modules.get("numpy") is not None)
+        """,
+        block="numpy",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["3.4028234663852886e+38", "0.0078125", "False"]
 
 
 # ---- properties ----------------------------------------------------------------
@@ -359,9 +509,9 @@ def test_import_does_not_import_numpy(module: str) -> None:
 def _stub_class() -> ast.ClassDef:
     text = importlib.resources.files("max.dtype").joinpath("__init__.pyi").read_text()
     tree = ast.parse(text)
-    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef)]
-    assert cls.name == "DType"
-    return cls
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    assert set(classes) == {"DType", "finfo"}
+    return classes["DType"]
 
 
 def _runtime_members() -> dict[str, Any]:
@@ -414,7 +564,7 @@ def test_every_public_member_is_documented() -> None:
 def test_module_all() -> None:
     import max.dtype
 
-    assert max.dtype.__all__ == ["DType"]
+    assert max.dtype.__all__ == ["DType", "finfo"]
 
 
 def test_typed_usage_passes_mypy_strict(tmp_path: Path) -> None:
@@ -428,7 +578,7 @@ def test_typed_usage_passes_mypy_strict(tmp_path: Path) -> None:
             from typing import Any
 
             import numpy as np
-            from max.dtype import DType
+            from max.dtype import DType, finfo
 
             d: DType = DType(81)
             bits: int = d.size_in_bits + d.size_in_bytes + d.align
@@ -440,6 +590,14 @@ def test_typed_usage_passes_mypy_strict(tmp_path: Path) -> None:
             also: DType = DType.from_numpy(np.float32)
             named: DType = DType.from_numpy("int8")
             member: DType = DType.bool
+            from_mlir: DType = DType("bf16")
+            mlir: str = d._mlir
+            limits: finfo = finfo(DType.bfloat16)
+            also_limits: finfo = DType.finfo(DType.float8_e4m3fn)
+            values: list[float] = [limits.eps, limits.max, limits.min,
+                                   limits.tiny, also_limits.smallest_normal]
+            width: int = limits.bits
+            described: DType = limits.dtype
             """
         )
     )

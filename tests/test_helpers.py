@@ -197,6 +197,23 @@ def test_load_devices_via_package(gpus: Any) -> None:
         max.driver.load_devices([DeviceSpec.accelerator(0)])
 
 
+def test_load_device_one_spec(gpus: Any) -> None:
+    """max.driver.driver.load_device (MAX's), which load_devices maps."""
+    assert drv.load_device(DeviceSpec.cpu()) is CPU()
+    assert drv.load_device(DeviceSpec.cpu(5)) is CPU()
+    gpus(2)
+    assert drv.load_device(DeviceSpec.accelerator(1)) == FakeAccelerator(1)
+    with pytest.raises(ValueError) as info:
+        drv.load_device(DeviceSpec.accelerator(2))
+    assert str(info.value) == "Device 2 was requested but only found 2 devices."
+    gpus(0)
+    with pytest.raises(ValueError) as info:
+        drv.load_device(DeviceSpec.accelerator(0))
+    assert str(info.value) == "Device 0 was requested but no devices were found."
+    assert "load_device" in drv.__all__
+    assert "load_device" not in max.driver.__all__  # as MAX: the submodule's
+
+
 def test_load_devices_real(real_count: int) -> None:
     if real_count == 0:
         with pytest.raises(
@@ -301,7 +318,23 @@ def test_virtual_device_count_from_cli_all_real(real_count: int) -> None:
     assert drv.calculate_virtual_device_count_from_cli("gpu:all") == (real_count or 1)
 
 
-@pytest.mark.parametrize("bad", ["gpu:", "gpu:x", "gpu:0,,1", "gpu:1.5"])
+def test_virtual_device_count_from_cli_skips_empty_ids_and_all(gpus: Any) -> None:
+    """As MAX: an id list skips empty parts and ``all``; the ``gpu`` forms
+    are case-insensitive."""
+    gpus(4)
+    f = drv.calculate_virtual_device_count_from_cli
+    assert f("gpu:0,,1") == 2
+    assert f("gpu:0,all") == 1  # "all" inside a list names no id
+    assert f("gpu:,ALL, ,2") == 3
+    assert f("gpu:") == 1
+    assert f("gpu:,") == 1
+    assert f("GPU:3") == 4
+    assert f("GPU:ALL") == 4
+    assert f(" Gpu ") == 1
+
+
+@pytest.mark.parametrize("bad", ["gpu:x", "gpu:1.5", "gpu:0,x", "gpu:-", "GPU:0,Y"])
 def test_virtual_device_count_from_cli_invalid(bad: str) -> None:
-    with pytest.raises(ValueError, match="invalid GPU id"):
+    with pytest.raises(ValueError, match="invalid GPU id") as info:
         drv.calculate_virtual_device_count_from_cli(bad)
+    assert bad.strip()[4:] in str(info.value)  # the input as given

@@ -184,7 +184,8 @@ def table_index():
         exp = "E" if label in ("RaisingIndex",) else "C"
         add(f"v[{label}]", lambda i=i: v[i], exp)
         add(f"v[{label}] = 1", lambda i=i: v.__setitem__(i, 1), exp)
-        add(f"b[{label}]", lambda i=i: b[i], exp)
+        # A list is a key (MAX's Sequence[int | slice]): b[[1, 2]] is b[1, 2].
+        add(f"b[{label}]", lambda i=i: b[i], "O" if label == "[1, 2]" else exp)
         add(f"s[{label}]", lambda i=i: s[i], exp)
     ok_or_clean = {
         "True": True, "np.int64(2)": np.int64(2), "np.array(2)": np.array(2), "NegIndex": NegIndex(),

@@ -48,6 +48,16 @@ EXPECTED_ALL = {
     "HostHazardError",
     "batch_inplace_copy",
     "copy_pinned_to_destinations",
+    # MAX's virtual device mode (test_virtual_devices.py).
+    "set_virtual_device_count",
+    "get_virtual_device_count",
+    "is_virtual_device_mode",
+    "set_virtual_device_api",
+    "get_virtual_device_api",
+    "set_virtual_device_target_arch",
+    "get_virtual_device_target_arch",
+    "set_virtual_cpu_target",
+    "get_virtual_cpu_target",
 }
 NATIVE_TYPES = (
     "Device",

@@ -6,6 +6,7 @@
 
 #include "backend.h"
 #include "select.h"
+#include "virtual.h"
 
 static mxd_device cpu_device = {
     .ops = &mxd_cpu_backend,
@@ -53,7 +54,9 @@ mxd_status mxd_accelerator(int id, mxd_device **out, mxd_error *err)
 
 mxd_status mxd_device_check(const mxd_device *dev, mxd_error *err)
 {
-    if (dev == &cpu_device || !mxd_gpu_forked())
+    /* A virtual device has no driver state for a fork to lose: what it
+     * refuses, it refuses itself. */
+    if (dev == &cpu_device || mxd_device_is_virtual(dev) || !mxd_gpu_forked())
         return MXD_OK;
     return mxd_fail(err, MXD_UNAVAILABLE,
                     "this %s device cannot be used here: its driver was "
@@ -65,6 +68,8 @@ mxd_status mxd_device_check(const mxd_device *dev, mxd_error *err)
 
 const char *mxd_device_api(const mxd_device *dev)
 {
+    if (mxd_device_is_virtual(dev)) /* the API it was made for */
+        return mxd_virtual_target_of(dev)->api;
     return dev->ops->api;
 }
 

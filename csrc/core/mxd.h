@@ -267,6 +267,39 @@ uintptr_t mxd_flag_device_ptr(const mxd_flag *flag);
 void mxd_flag_signal(mxd_flag *flag, uint64_t value);
 uint64_t mxd_flag_load(const mxd_flag *flag); /* acquire load */
 
+/* ---- Virtual devices (virtual.c) ----------------------------------------
+ *
+ * MAX's virtual device mode, for compiling without the hardware: with a
+ * count above 0, accelerator ids 0..count-1 name virtual devices, whatever
+ * the hardware, that report the API and target architecture set here and
+ * refuse to run work or hold memory (MXD_UNAVAILABLE, naming virtual device
+ * mode).  The settings are process-wide.  A virtual device keeps the
+ * settings it was made with: one device object per (id, API, architecture)
+ * asked for, living for the whole process. */
+
+enum { MXD_VIRTUAL_VALUE_SIZE = 64 }; /* a setting's longest value + NUL */
+
+typedef enum mxd_virtual_setting {
+    MXD_VIRTUAL_API,  /* "cuda", "hip", "metal", ...; "" when unset */
+    MXD_VIRTUAL_ARCH, /* "sm_90", "gfx942", ...; "" when unset */
+    MXD_VIRTUAL_CPU,  /* an LLVM CPU name for CPU code; "" for the host's */
+} mxd_virtual_setting;
+
+/* 0 leaves virtual device mode; MXD_INVALID when negative or too large. */
+mxd_status mxd_virtual_set_count(long long count, mxd_error *err);
+int mxd_virtual_count(void);
+/* MXD_INVALID for a value too long, or a CPU target that cannot be
+ * honoured ("native"; "generic" on a host without a known baseline).
+ * "generic" is stored as the host family's baseline CPU name. */
+mxd_status mxd_virtual_set(mxd_virtual_setting which, const char *value,
+                           mxd_error *err);
+void mxd_virtual_get(mxd_virtual_setting which, char *buf, size_t size);
+/* Virtual accelerator `id` (-1 means 0) for the current settings; its API
+ * is the one set, else the chosen backend's, else "cuda".  MXD_INVALID
+ * when virtual device mode is off or id is out of range. */
+mxd_status mxd_virtual_device(int id, mxd_device **out, mxd_error *err);
+bool mxd_device_is_virtual(const mxd_device *dev);
+
 /* ---- Cleanup ------------------------------------------------------------ */
 
 /* Destroys and frees the driver refused, done where nobody could be told

@@ -7,6 +7,7 @@
  * CPU backend in the child, and advance the process epoch so that objects
  * made before the fork refuse to be used (see mxd_stale). */
 #include "backend.h"
+#include "virtual.h"
 
 atomic_uint mxd_process_epoch;
 
@@ -15,6 +16,7 @@ static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 static void before_fork(void)
 {
     mxd_selection_fork_prepare();
+    mxd_virtual_fork_prepare();
     mxd_devices_fork_prepare();
     mxd_pool_fork_prepare();
 }
@@ -23,6 +25,7 @@ static void after_fork_parent(void)
 {
     mxd_pool_fork_parent();
     mxd_devices_fork_parent();
+    mxd_virtual_fork_parent();
     mxd_selection_fork_parent();
 }
 
@@ -31,6 +34,7 @@ static void after_fork_child(void)
     atomic_fetch_add(&mxd_process_epoch, 1);
     mxd_pool_fork_child();
     mxd_devices_fork_child();
+    mxd_virtual_fork_child();
     mxd_selection_fork_child();
 }
 

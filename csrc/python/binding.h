@@ -72,6 +72,8 @@ typedef struct binding_state {
     PyObject *cpu;                  /* the one CPU Device object */
     PyObject **accelerators;        /* per id, created on first use */
     int accelerator_count;
+    /* Virtual accelerators by core device address (virtual device mode). */
+    PyObject *virtual_devices;
     binding_bridge bridge;
 } binding_state;
 
@@ -132,6 +134,10 @@ int binding_parse_dtype(binding_state *st, const char *fname, const char *param,
                         PyObject *obj);
 /* A shape argument: a sequence of ints; returns the rank or -1. */
 int binding_parse_shape(const char *fname, PyObject *obj, int64_t *shape);
+/* One dimension (an int or __index__); a negative one is the core's to
+ * reject, after every argument's type was checked.  -1 with an exception
+ * (OverflowError beyond 64 bits). */
+int binding_parse_dimension(const char *fname, PyObject *item, int64_t *out);
 /* `device=` / `stream=` / None: the DeviceQueue to bind to (borrowed), or
  * NULL with TypeError set. */
 PyObject *binding_parse_target(binding_state *st, const char *fname,
@@ -177,6 +183,8 @@ PyObject *binding_buffer_copy(PyObject *self, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames);
 PyObject *binding_buffer_contiguous(PyObject *self, PyObject *unused);
 PyObject *binding_buffer_to(PyObject *self, PyObject *target);
+PyObject *binding_buffer_to_kw(PyObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames);
 PyObject *binding_buffer_stamp_write(PyObject *self, PyObject *completion);
 PyObject *binding_buffer_stamp_read(PyObject *self, PyObject *completion);
 /* batch_inplace_copy(dsts, srcs), copy_pinned_to_destinations(source,
@@ -198,6 +206,12 @@ PyObject *binding_buffer_cuda_array_interface(PyObject *self, void *closure);
 
 /* DLPack and NumPy (dlpack.c). */
 PyObject *binding_from_numpy(PyObject *cls, PyObject *array);
+PyObject *binding_buffer_from_numpy(PyObject *cls, PyObject *const *args,
+                                    Py_ssize_t nargs, PyObject *kwnames);
+/* A Buffer over `array`'s memory (new reference): from_numpy for a NumPy
+ * array (a copy where it must), from_dlpack for another DLPack producer;
+ * TypeError for anything else. */
+PyObject *binding_import_array(binding_state *st, PyObject *array);
 PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames);
 PyObject *binding_to_numpy(PyObject *self, PyObject *unused);
@@ -288,6 +302,9 @@ PyObject *binding_device_default_queue(DeviceObject *self);
 /* Wraps a queue reference the caller owns into a DeviceQueue; the reference
  * is consumed even on failure. */
 PyObject *binding_queue_wrap(binding_state *st, mxd_queue *queue);
+
+/* set_virtual_device_count and its siblings (virtual.c). */
+extern PyMethodDef binding_virtual_functions[];
 
 /* ---- Errors (errors.c) -------------------------------------------------- */
 

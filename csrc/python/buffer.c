@@ -87,9 +87,7 @@ int binding_parse_dtype(binding_state *st, const char *fname, const char *param,
     return -1;
 }
 
-/* A dimension's value; negative ones are the core's to reject (after
- * every argument's type was checked). */
-static int shape_entry(const char *fname, PyObject *item, int64_t *out)
+int binding_parse_dimension(const char *fname, PyObject *item, int64_t *out)
 {
     PyObject *index = PyNumber_Index(item);
     if (index == NULL)
@@ -142,7 +140,7 @@ static int shape_values(const char *fname, PyObject *seq, int64_t *shape)
     }
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < rank; i++)
-        if (shape_entry(fname, items[i], &shape[i]) < 0)
+        if (binding_parse_dimension(fname, items[i], &shape[i]) < 0)
             return -1;
     return (int)rank;
 }
@@ -368,12 +366,72 @@ static PyObject *construct(PyTypeObject *type, PyObject **argv,
                                 a.rank, a.shape);
 }
 
+/* ---- Buffer(array, device) ------------------------------------------------
+ *
+ * MAX's third constructor: a buffer on `device` holding a copy of a NumPy
+ * array (here also of any other DLPack producer), chosen when the first
+ * argument is not a DType.  It imports the array (zero-copy where it can)
+ * and copies that into a new buffer on the device's default queue. */
+
+static const char *const array_names[] = {"array", "device"};
+
+static bool is_dtype(binding_state *st, PyObject *obj)
+{
+    for (int i = 0; i < MXD_DTYPE_MEMBERS; i++)
+        if (obj == st->dtypes[i])
+            return true;
+    return false;
+}
+
+/* Whether Buffer(first, ...) is the array overload: a first argument that
+ * is not a DType but exports memory (others fail as a bad dtype); by
+ * keyword, a call naming `array`. */
+static bool is_array_call(binding_state *st, PyObject *first)
+{
+    return first != NULL && !is_dtype(st, first) &&
+           (PyObject_TypeCheck(first, st->buffer_type) ||
+            PyObject_HasAttrString(first, "__dlpack__"));
+}
+
+static PyObject *construct_from_array(PyTypeObject *type, PyObject **argv)
+{
+    binding_state *st = binding_type_state(type);
+    if (type == st->pinned_buffer_type) {
+        PyErr_SetString(PyExc_TypeError,
+                        "DevicePinnedBuffer() takes a dtype and a shape, not "
+                        "an array: Buffer(array, device) copies an array");
+        return NULL;
+    }
+    if (binding_check_type("Buffer", "device", argv[1], st->device_type) < 0)
+        return NULL;
+    PyObject *stream = binding_device_default_queue((DeviceObject *)argv[1]);
+    PyObject *src = stream ? binding_import_array(st, argv[0]) : NULL;
+    if (src == NULL)
+        return NULL;
+    BufferObject *s = (BufferObject *)src;
+    PyObject *dst = binding_buffer_alloc(st, type, stream, s->dtype_index,
+                                         BUFFER_USAGE_DEFAULT, buffer_rank(s),
+                                         buffer_shape(s));
+    if (dst != NULL && binding_buffer_copy_into((BufferObject *)dst, s) < 0)
+        Py_CLEAR(dst);
+    Py_DECREF(src);
+    return dst;
+}
+
 static PyObject *buffer_vectorcall(PyObject *type, PyObject *const *args,
                                    size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     const binding_params params = {"Buffer", new_names, 5, 2};
     PyObject *argv[5];
+    if (nargs > 0
+            ? is_array_call(binding_type_state((PyTypeObject *)type), args[0])
+            : has_keyword(kwnames, NULL, "array")) {
+        const binding_params array_params = {"Buffer", array_names, 2, 2};
+        if (binding_parse_fast(&array_params, args, nargs, kwnames, argv) < 0)
+            return NULL;
+        return construct_from_array((PyTypeObject *)type, argv);
+    }
     if (nargs > 4) {
         PyErr_Format(PyExc_TypeError,
                      "Buffer() takes at most 4 positional arguments (%zd "
@@ -392,6 +450,14 @@ static PyObject *buffer_tp_new(PyTypeObject *type, PyObject *args,
 {
     const binding_params params = {"Buffer", new_names, 5, 2};
     PyObject *argv[5];
+    if (PyTuple_GET_SIZE(args) > 0
+            ? is_array_call(binding_type_state(type), PyTuple_GET_ITEM(args, 0))
+            : has_keyword(NULL, kwargs, "array")) {
+        const binding_params array_params = {"Buffer", array_names, 2, 2};
+        if (binding_parse_tuple(&array_params, args, kwargs, argv) < 0)
+            return NULL;
+        return construct_from_array(type, argv);
+    }
     if (PyTuple_GET_SIZE(args) > 4) {
         PyErr_SetString(PyExc_TypeError,
                         "Buffer() takes at most 4 positional arguments");
@@ -763,13 +829,14 @@ static PyMethodDef buffer_methods[] = {
      METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
      BINDING_DOC("scalar", "($cls, /, value, dtype, device=None)",
                  "A rank-0 buffer holding `value` converted to `dtype`.")},
-    {"from_numpy", (PyCFunction)binding_from_numpy, METH_O | METH_CLASS,
-     BINDING_DOC("from_numpy", "($cls, array, /)",
+    {"from_numpy", FASTCALL_KW(binding_buffer_from_numpy),
+     METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
+     BINDING_DOC("from_numpy", "($cls, /, arr)",
                  "A CPU buffer over a NumPy array: zero-copy for a writable "
                  "C-contiguous array (kept alive), else a contiguous copy.")},
     {"from_dlpack", FASTCALL_KW(binding_from_dlpack),
      METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
-     BINDING_DOC("from_dlpack", "($cls, obj, /, *, copy=None)",
+     BINDING_DOC("from_dlpack", "($cls, /, array, *, copy=None)",
                  "A buffer over any DLPack producer's memory (zero-copy "
                  "where possible).")},
     {"mmap", FASTCALL_KW(binding_buffer_mmap),
@@ -798,16 +865,22 @@ static PyMethodDef buffer_methods[] = {
                  "Overloads:\n"
                  "    1. copy(self, device: Device | None = None) -> Buffer\n"
                  "    2. copy(self, stream: DeviceQueue) -> Buffer")},
-    {"to", binding_buffer_to, METH_O,
-     BINDING_DOC("to", "($self, target, /)",
+    {"to", FASTCALL_KW(binding_buffer_to_kw), METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("to",
+                 "($self, /, device=..., stream=..., devices=..., "
+                 "streams=...)",
                  "The buffer on a Device or bound to a DeviceQueue: itself "
                  "when it is there already, a zero-copy rebinding for another "
                  "queue of its device, else a copy; a list for a list or "
-                 "tuple of targets.\n\n"
+                 "tuple of targets. Give one argument, by position or by "
+                 "keyword.\n\n"
                  "Overloads:\n"
-                 "    1. to(self, device: Device, /) -> Buffer\n"
-                 "    2. to(self, stream: DeviceQueue, /) -> Buffer\n"
-                 "    3. to(self, targets: Sequence[Device | DeviceQueue], /) "
+                 "    1. to(self, device: Device) -> Buffer\n"
+                 "    2. to(self, stream: DeviceQueue) -> Buffer\n"
+                 "    3. to(self, devices: Sequence[Device]) -> list[Buffer]\n"
+                 "    4. to(self, streams: Sequence[DeviceQueue]) -> "
+                 "list[Buffer]\n"
+                 "    5. to(self, targets: Sequence[Device | DeviceQueue], /) "
                  "-> list[Buffer]")},
     {"inplace_copy_from", FASTCALL_KW(binding_buffer_inplace_copy_from),
      METH_FASTCALL | METH_KEYWORDS,
@@ -864,12 +937,15 @@ static PyType_Slot buffer_slots[] = {
      BINDING_DOC("Buffer", "(dtype, shape, device=None, usage=..., stream=...)",
                  "An n-dimensional, typed, strided view of memory on one "
                  "device, bound to one queue (uninitialised when created "
-                 "this way).\n\n"
+                 "from a dtype and a shape; a copy of `array` when created "
+                 "from one).\n\n"
                  "Overloads:\n"
                  "    1. Buffer(dtype: DType, shape: Sequence[int], device: "
                  "Device | None = None, usage: Usage = Usage.DEFAULT)\n"
                  "    2. Buffer(dtype: DType, shape: Sequence[int], stream: "
-                 "DeviceQueue, usage: Usage = Usage.DEFAULT)")},
+                 "DeviceQueue, usage: Usage = Usage.DEFAULT)\n"
+                 "    3. Buffer(array: numpy.ndarray | DLPackArray, device: "
+                 "Device)")},
     {Py_tp_new, buffer_tp_new},
     {Py_tp_dealloc, buffer_dealloc},
     {Py_tp_repr, buffer_repr},

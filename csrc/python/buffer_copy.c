@@ -70,29 +70,37 @@ PyObject *binding_buffer_host_copy(PyObject *self)
                               BUFFER_USAGE_DEFAULT, &layout);
 }
 
-/* Why src cannot be copied into dst by inplace_copy_from, or NULL. */
+/* Why src cannot be copied into dst by inplace_copy_from, or NULL: MAX's
+ * texts in MAX's order, which MAX code may match on (MAX says "from" for a
+ * destination that is not contiguous; here each text names the side it is
+ * about). */
 static const char *copy_problem(BufferObject *d, BufferObject *s)
 {
     mxd_layout dl = binding_buffer_layout(d), sl = binding_buffer_layout(s);
-    return !mxd_layout_is_contiguous(&dl)     ? "the destination is not contiguous"
-           : !mxd_layout_is_contiguous(&sl)   ? "the source is not contiguous"
-           : d->dtype_index != s->dtype_index ? "the dtypes differ"
+    return !mxd_layout_is_contiguous(&dl)   ? "Cannot copy to non-contiguous buffer"
+           : !mxd_layout_is_contiguous(&sl) ? "Cannot copy from non-contiguous buffer"
            : binding_buffer_count(d) != binding_buffer_count(s)
-               ? "the element counts differ"
+               ? "Cannot copy buffers of different sizes"
+           : d->dtype_index != s->dtype_index
+               ? "Cannot copy buffers of different dtypes"
                : NULL;
 }
 
+/* The ValueError for `problem`, then what the call (`what`) saw. */
 static PyObject *raise_copy_problem(binding_state *st, const char *what,
                                     BufferObject *d, BufferObject *s,
                                     const char *problem)
 {
+    mxd_layout dl = binding_buffer_layout(d), sl = binding_buffer_layout(s);
     return PyErr_Format(PyExc_ValueError,
-                        "%s: %s (destination: %S, %lld elements; source: %S, "
-                        "%lld elements)",
-                        what, problem, st->dtypes[d->dtype_index],
+                        "%s (%s: destination %S, %lld elements%s; source %S, "
+                        "%lld elements%s)",
+                        problem, what, st->dtypes[d->dtype_index],
                         (long long)binding_buffer_count(d),
+                        mxd_layout_is_contiguous(&dl) ? "" : ", not contiguous",
                         st->dtypes[s->dtype_index],
-                        (long long)binding_buffer_count(s));
+                        (long long)binding_buffer_count(s),
+                        mxd_layout_is_contiguous(&sl) ? "" : ", not contiguous");
 }
 
 static const char *const src_names[] = {"src"};
@@ -365,4 +373,52 @@ PyObject *binding_buffer_to(PyObject *self, PyObject *target)
     if (PyList_Check(target) || PyTuple_Check(target))
         return to_many(self, target);
     return to_one(self, target);
+}
+
+/* to(device=) / to(stream=) / to(devices=) / to(streams=), MAX's keyword
+ * names; by position, one target of any of these kinds. */
+static const char *const to_names[] = {"device", "stream", "devices",
+                                       "streams"};
+static const char *const to_signatures[] = {
+    "to(self, device: Device) -> Buffer",
+    "to(self, stream: DeviceQueue) -> Buffer",
+    "to(self, devices: Sequence[Device]) -> list[Buffer]",
+    "to(self, streams: Sequence[DeviceQueue]) -> list[Buffer]",
+    "to(self, targets: Sequence[Device | DeviceQueue], /) -> list[Buffer]",
+};
+
+/* Whether `obj` is what keyword `which` of to_names takes. */
+static bool keyword_fits(binding_state *st, int which, PyObject *obj)
+{
+    PyTypeObject *want = which % 2 ? st->queue_type : st->device_type;
+    if (which < 2)
+        return PyObject_TypeCheck(obj, want);
+    if (!PyList_Check(obj) && !PyTuple_Check(obj))
+        return false;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj); i++)
+        if (!PyObject_TypeCheck(PySequence_Fast_GET_ITEM(obj, i), want))
+            return false;
+    return true;
+}
+
+PyObject *binding_buffer_to_kw(PyObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs == 1 && kwnames == NULL)
+        return binding_buffer_to(self, args[0]);
+    const binding_params params = {"to", to_names, 4, 0};
+    PyObject *argv[4];
+    int given = -1, count = 0;
+    if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0)
+        return NULL;
+    for (int i = 0; i < 4; i++)
+        if (argv[i] != NULL) {
+            given = i;
+            count++;
+        }
+    binding_state *st = binding_state_of(self);
+    if (count == 1 && (nargs == 1 || keyword_fits(st, given, argv[given])))
+        return binding_buffer_to(self, argv[given]);
+    return binding_overload_error("to", to_signatures, 5, self, args, nargs,
+                                  kwnames);
 }

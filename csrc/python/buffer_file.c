@@ -110,6 +110,15 @@ static int open_file(PyObject *path, PyObject *filename, map_mode mode,
 static const char *const mmap_names[] = {"filename", "dtype", "shape", "mode",
                                          "offset"};
 
+/* A sequence of ints, or one int for a 1-D buffer (as numpy.memmap and
+ * MAX take it); returns the rank or -1. */
+static int parse_mmap_shape(PyObject *obj, int64_t *shape)
+{
+    if (PyBool_Check(obj) || !PyIndex_Check(obj))
+        return binding_parse_shape("mmap", obj, shape);
+    return binding_parse_dimension("mmap", obj, &shape[0]) < 0 ? -1 : 1;
+}
+
 PyObject *binding_buffer_mmap(PyObject *cls, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -122,8 +131,7 @@ PyObject *binding_buffer_mmap(PyObject *cls, PyObject *const *args,
     if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0)
         return NULL;
     int dtype_index = binding_parse_dtype(st, "mmap", "dtype", argv[1]);
-    int rank =
-        dtype_index < 0 ? -1 : binding_parse_shape("mmap", argv[2], shape);
+    int rank = dtype_index < 0 ? -1 : parse_mmap_shape(argv[2], shape);
     if (rank < 0 || parse_mode(argv[3], &mode) < 0)
         return NULL;
     if (argv[4] != NULL &&

@@ -64,12 +64,10 @@ static int parse_entry(const char *what, PyObject *obj, mxd_index *out)
     return parse_int_entry(obj, &out->value);
 }
 
-/* key: an int, a slice or a tuple of them; returns the entry count. */
-static int parse_key(const char *what, PyObject *key, mxd_index *entries)
+/* Entries of a tuple, a list or another sequence of them. */
+static int parse_entries(const char *what, PyObject *seq, mxd_index *entries)
 {
-    if (!PyTuple_Check(key))
-        return parse_entry(what, key, &entries[0]) < 0 ? -1 : 1;
-    Py_ssize_t count = PyTuple_GET_SIZE(key);
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
     if (count > MXD_MAX_RANK) {
         PyErr_Format(PyExc_ValueError,
                      "%s: %zd indices are more than any buffer has "
@@ -78,9 +76,28 @@ static int parse_key(const char *what, PyObject *key, mxd_index *entries)
         return -1;
     }
     for (Py_ssize_t i = 0; i < count; i++)
-        if (parse_entry(what, PyTuple_GET_ITEM(key, i), &entries[i]) < 0)
+        if (parse_entry(what, PySequence_Fast_GET_ITEM(seq, i), &entries[i]) <
+            0)
             return -1;
     return (int)count;
+}
+
+/* key: an int, a slice, or a sequence of them (MAX's Sequence[int |
+ * slice]: a tuple, a list, ...; not a str or bytes); returns the entry
+ * count. */
+static int parse_key(const char *what, PyObject *key, mxd_index *entries)
+{
+    if (PyTuple_Check(key) || PyList_Check(key))
+        return parse_entries(what, key, entries);
+    if (PySlice_Check(key) || PyIndex_Check(key) || PyUnicode_Check(key) ||
+        PyBytes_Check(key) || PyByteArray_Check(key) || !PySequence_Check(key))
+        return parse_entry(what, key, &entries[0]) < 0 ? -1 : 1;
+    PyObject *seq = PySequence_Fast(key, "an index sequence");
+    if (seq == NULL)
+        return -1;
+    int count = parse_entries(what, seq, entries);
+    Py_DECREF(seq);
+    return count;
 }
 
 PyObject *binding_buffer_subscript(PyObject *self, PyObject *key)

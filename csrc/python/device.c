@@ -70,10 +70,41 @@ static PyObject *accelerator_object(binding_state *st, int id)
     return obj;
 }
 
+/* A virtual accelerator's one object, found by its core device (new
+ * reference); made on first use. */
+static PyObject *virtual_device_object(binding_state *st, mxd_device *dev)
+{
+    PyObject *key = PyLong_FromVoidPtr(dev);
+    if (key == NULL)
+        return NULL;
+    PyObject *obj = PyDict_GetItemWithError(st->virtual_devices, key);
+    if (obj != NULL || PyErr_Occurred()) {
+        Py_DECREF(key);
+        return Py_XNewRef(obj);
+    }
+    obj = device_alloc(st->accelerator_type, dev);
+    if (obj != NULL && PyDict_SetItem(st->virtual_devices, key, obj) < 0)
+        Py_CLEAR(obj);
+    Py_DECREF(key);
+    return obj;
+}
+
+/* Accelerator(id) in virtual device mode. */
+static PyObject *virtual_accelerator(binding_state *st, int id)
+{
+    mxd_device *dev;
+    mxd_error err;
+    if (mxd_virtual_device(id, &dev, &err) != MXD_OK)
+        return binding_raise(&err); /* says "failed to create device:" */
+    return virtual_device_object(st, dev);
+}
+
 PyObject *binding_device_object(binding_state *st, mxd_device *dev)
 {
     if (mxd_device_is_host(dev))
         return Py_NewRef(st->cpu);
+    if (mxd_device_is_virtual(dev))
+        return virtual_device_object(st, dev);
     return accelerator_object(st, mxd_device_id(dev));
 }
 
@@ -125,8 +156,11 @@ static PyObject *accelerator_vectorcall(PyObject *type, PyObject *const *args,
                            &arg) < 0 ||
         (arg != NULL && binding_parse_device_id("Accelerator", arg, &id) < 0))
         return NULL;
-    return accelerator_object(binding_type_state((PyTypeObject *)type),
-                              id == -1 ? 0 : id);
+    binding_state *st = binding_type_state((PyTypeObject *)type);
+    /* Virtual device mode names virtual devices, whatever the hardware. */
+    if (mxd_virtual_count() > 0)
+        return virtual_accelerator(st, id);
+    return accelerator_object(st, id == -1 ? 0 : id);
 }
 
 /* Device.cpu(id=-1): a static method, so its `self` is the module. */
@@ -574,7 +608,9 @@ static PyType_Slot accelerator_slots[] = {
     {Py_tp_doc,
      BINDING_DOC("Accelerator", "(id=-1)",
                  "Accelerator (GPU) `id`; -1 means 0. One cached object per "
-                 "id. ValueError when there is no such accelerator.")},
+                 "id. ValueError when there is no such accelerator. In "
+                 "virtual device mode (set_virtual_device_count), a virtual "
+                 "device for compilation only.")},
     {0, NULL},
 };
 
@@ -623,7 +659,8 @@ int binding_add_device_types(PyObject *module, binding_state *st)
     st->accelerator_type->tp_vectorcall = accelerator_vectorcall;
 
     st->cpu = device_alloc(st->cpu_type, mxd_cpu());
-    if (st->cpu == NULL)
+    st->virtual_devices = PyDict_New();
+    if (st->cpu == NULL || st->virtual_devices == NULL)
         return -1;
     int count = mxd_accelerator_count();
     st->accelerator_count = count > 0 ? count : 0;

@@ -826,21 +826,47 @@ static PyObject *ask_capsule(binding_bridge *b, PyObject *obj, PyObject *stream,
     return capsule;
 }
 
-static const char *const from_dlpack_names[] = {"obj", "copy"};
+/* MAX's texts, which MAX code may match on: its NumPy one, its PyTorch
+ * one (for producers with an is_contiguous() method, as MAX tells them
+ * apart), and the same opening for every other producer. */
+static const char not_contiguous_numpy[] =
+    "driver buffer's from_dlpack only accepts contiguous arrays. First call "
+    "np.ascontiguousarray(array)";
+static const char not_contiguous_torch[] =
+    "driver buffer's from_dlpack only accepts contiguous tensors. First call "
+    ".contiguous() on the tensor";
+static const char not_contiguous_other[] =
+    "driver buffer's from_dlpack only accepts contiguous tensors. First make "
+    "a contiguous copy of it";
+
+static const char *not_contiguous_text(PyObject *obj, bool numpy)
+{
+    if (numpy)
+        return not_contiguous_numpy;
+    PyObject *method = PyObject_GetAttrString(obj, "is_contiguous");
+    bool torch = method != NULL && PyCallable_Check(method);
+    Py_XDECREF(method);
+    PyErr_Clear();
+    return torch ? not_contiguous_torch : not_contiguous_other;
+}
+
+/* from_dlpack(array, *, copy=None), as MAX names them. */
+static const char *const from_dlpack_names[] = {"array", "copy"};
 
 PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames)
 {
     binding_state *st = binding_type_state((PyTypeObject *)cls);
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError,
-                        "from_dlpack() takes one positional argument and "
-                        "the keyword copy=");
+    if (nargs > 1) {
+        PyErr_Format(PyExc_TypeError,
+                     "from_dlpack() takes 1 positional argument but %zd were "
+                     "given (copy is keyword-only)",
+                     nargs);
         return NULL;
     }
     const binding_params params = {"from_dlpack", from_dlpack_names, 2, 1};
     PyObject *argv[2];
-    if (binding_parse_fast(&params, args, 1, kwnames, argv) < 0)
+    if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0)
         return NULL;
     PyObject *obj = argv[0];
     int copy;
@@ -855,8 +881,8 @@ PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
     bool numpy = is_numpy_array(st, obj);
     if (copy >= 0 && !numpy) {
         PyErr_SetString(PyExc_ValueError,
-                        "from_dlpack(): copy= is only supported for NumPy "
-                        "arrays and Buffers");
+                        "`Buffer.from_dlpack` supports the `copy` flag only "
+                        "for numpy array and `Buffer` inputs");
         return NULL;
     }
     if (!PyObject_HasAttr(obj, bridge->dlpack_name)) {
@@ -884,12 +910,8 @@ PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
     Py_XDECREF(stream);
     if (capsule == NULL)
         return NULL;
-    import_spec spec = {
-        target, -1, copy,
-        numpy ? "from_dlpack only accepts contiguous arrays. First call "
-                "np.ascontiguousarray"
-              : "from_dlpack only accepts contiguous tensors",
-        NULL};
+    import_spec spec = {target, -1, copy, not_contiguous_text(obj, numpy),
+                        NULL};
     PyObject *b = import_capsule(st, capsule, &spec);
     Py_DECREF(capsule);
     return b;
@@ -1092,6 +1114,37 @@ PyObject *binding_from_numpy(PyObject *cls, PyObject *array)
     }
     Py_XDECREF(carrier);
     return buffer;
+}
+
+static const char *const from_numpy_names[] = {"arr"};
+
+/* Buffer.from_numpy(arr), as MAX names it; positional is the fast path. */
+PyObject *binding_buffer_from_numpy(PyObject *cls, PyObject *const *args,
+                                    Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs == 1 && kwnames == NULL)
+        return binding_from_numpy(cls, args[0]);
+    const binding_params params = {"from_numpy", from_numpy_names, 1, 1};
+    PyObject *arr;
+    if (binding_parse_fast(&params, args, nargs, kwnames, &arr) < 0)
+        return NULL;
+    return binding_from_numpy(cls, arr);
+}
+
+PyObject *binding_import_array(binding_state *st, PyObject *array)
+{
+    PyObject *cls = (PyObject *)st->buffer_type;
+    if (is_numpy_array(st, array))
+        return binding_from_numpy(cls, array);
+    if (!PyObject_TypeCheck(array, st->buffer_type) &&
+        !PyObject_HasAttrString(array, "__dlpack__")) {
+        PyErr_Format(PyExc_TypeError,
+                     "Buffer(): argument 'array' must be a NumPy array or "
+                     "another DLPack producer, not %.100s",
+                     Py_TYPE(array)->tp_name);
+        return NULL;
+    }
+    return binding_from_dlpack(cls, &array, 1, NULL);
 }
 
 /* ---- numpy.asarray(buf) and __cuda_array_interface__ -------------------- */

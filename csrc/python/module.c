@@ -8,7 +8,9 @@ static PyObject *accelerator_count(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    return PyLong_FromLong(mxd_accelerator_count());
+    int virtual_count = mxd_virtual_count();
+    return PyLong_FromLong(virtual_count > 0 ? virtual_count
+                                             : mxd_accelerator_count());
 }
 
 static PyObject *accelerator_api(PyObject *module, PyObject *unused)
@@ -65,7 +67,8 @@ static PyMethodDef module_methods[] = {
     {"accelerator_count", accelerator_count, METH_NOARGS,
      BINDING_DOC("accelerator_count", "()",
                  "The number of accelerators of the chosen backend (0 when "
-                 "there is none).")},
+                 "there is none); in virtual device mode, the virtual "
+                 "device count.")},
     {"accelerator_api", accelerator_api, METH_NOARGS,
      BINDING_DOC("accelerator_api", "()",
                  "\"cuda\" or \"hip\" for the chosen backend, \"cpu\" when "
@@ -192,7 +195,9 @@ static int module_exec(PyObject *module)
         binding_add_flag_type(module, st) < 0 ||
         binding_add_completion_type(module, st) < 0 ||
         binding_add_buffer_types(module, st) < 0 ||
-        binding_add_trace_type(module, st) < 0 || register_atexit(module) < 0)
+        binding_add_trace_type(module, st) < 0 ||
+        PyModule_AddFunctions(module, binding_virtual_functions) < 0 ||
+        register_atexit(module) < 0)
         return -1;
     return 0;
 }
@@ -223,6 +228,7 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
         Py_VISIT(st->usages[i]);
     Py_VISIT(st->completion_type);
     Py_VISIT(st->cpu);
+    Py_VISIT(st->virtual_devices);
     int visited = binding_bridge_traverse(&st->bridge, visit, arg);
     if (visited != 0)
         return visited;
@@ -239,6 +245,7 @@ static int module_clear(PyObject *module)
     for (int i = 0; st->accelerators != NULL && i < st->accelerator_count; i++)
         Py_CLEAR(st->accelerators[i]);
     Py_CLEAR(st->cpu);
+    Py_CLEAR(st->virtual_devices);
     binding_bridge_clear(&st->bridge);
     Py_CLEAR(st->device_type);
     Py_CLEAR(st->cpu_type);

@@ -12,6 +12,7 @@ from typing import Any
 
 # Importable but deliberately not in __all__.  Names starting with "__" are
 # only mangled inside class bodies, so this module-level import is literal.
+from max._core import __version__ as __version__
 from max._core.driver import (
     __unsafe_pack_py_host_func as __unsafe_pack_py_host_func,
 )
@@ -48,9 +49,18 @@ from .driver import (
     calculate_virtual_device_count,
     calculate_virtual_device_count_from_cli,
     devices_exist,
+    get_virtual_cpu_target,
+    get_virtual_device_api,
+    get_virtual_device_count,
+    get_virtual_device_target_arch,
+    is_virtual_device_mode,
     launch_trace,
     load_devices,
     scan_available_devices,
+    set_virtual_cpu_target,
+    set_virtual_device_api,
+    set_virtual_device_count,
+    set_virtual_device_target_arch,
     take_launch_trace,
 )
 
@@ -78,9 +88,18 @@ __all__ = [
     "calculate_virtual_device_count_from_cli",
     "copy_pinned_to_destinations",
     "devices_exist",
+    "get_virtual_cpu_target",
+    "get_virtual_device_api",
+    "get_virtual_device_count",
+    "get_virtual_device_target_arch",
+    "is_virtual_device_mode",
     "launch_trace",
     "load_devices",
     "scan_available_devices",
+    "set_virtual_cpu_target",
+    "set_virtual_device_api",
+    "set_virtual_device_count",
+    "set_virtual_device_target_arch",
     "take_launch_trace",
 ]
 

@@ -26,6 +26,15 @@ from max._core.driver import (
     accelerator_count,
     backend_selection,
     begin_launch_trace,
+    get_virtual_cpu_target,
+    get_virtual_device_api,
+    get_virtual_device_count,
+    get_virtual_device_target_arch,
+    is_virtual_device_mode,
+    set_virtual_cpu_target,
+    set_virtual_device_api,
+    set_virtual_device_count,
+    set_virtual_device_target_arch,
     take_launch_trace,
 )
 
@@ -50,9 +59,19 @@ __all__ = [
     "calculate_virtual_device_count",
     "calculate_virtual_device_count_from_cli",
     "devices_exist",
+    "get_virtual_cpu_target",
+    "get_virtual_device_api",
+    "get_virtual_device_count",
+    "get_virtual_device_target_arch",
+    "is_virtual_device_mode",
+    "load_device",
     "load_devices",
     "launch_trace",
     "scan_available_devices",
+    "set_virtual_cpu_target",
+    "set_virtual_device_api",
+    "set_virtual_device_count",
+    "set_virtual_device_target_arch",
     "take_launch_trace",
 ]
 
@@ -151,29 +170,33 @@ class DeviceSpec:
         return DeviceSpec(id, "gpu")
 
 
-def load_devices(device_specs: Iterable[DeviceSpec]) -> list[Device]:
-    """Creates the devices described by ``device_specs``, in order.
+def load_device(device_spec: DeviceSpec) -> Device:
+    """Creates the device ``device_spec`` describes: ``CPU(id)`` or
+    ``Accelerator(id)`` (a virtual one in virtual device mode).
 
     Raises:
         ValueError: a GPU spec names an accelerator that does not exist.
     """
+    if device_spec.device_type == "cpu":
+        return CPU(device_spec.id)
     available = accelerator_count()
-    devices: list[Device] = []
-    for spec in device_specs:
-        if spec.device_type == "cpu":
-            devices.append(CPU(spec.id))
-            continue
-        if spec.id >= available:
-            if available == 0:
-                msg = f"Device {spec.id} was requested but no devices were found."
-            else:
-                msg = (
-                    f"Device {spec.id} was requested but only found "
-                    f"{available} devices."
-                )
-            raise ValueError(msg)
-        devices.append(Accelerator(spec.id))
-    return devices
+    if device_spec.id >= available:
+        if available == 0:
+            reason = "no devices were found."
+        else:
+            reason = f"only found {available} devices."
+        raise ValueError(f"Device {device_spec.id} was requested but {reason}")
+    return Accelerator(device_spec.id)
+
+
+def load_devices(device_specs: Iterable[DeviceSpec]) -> list[Device]:
+    """Creates the devices described by ``device_specs``, in order
+    (:func:`load_device` of each).
+
+    Raises:
+        ValueError: a GPU spec names an accelerator that does not exist.
+    """
+    return [load_device(spec) for spec in device_specs]
 
 
 def scan_available_devices() -> list[DeviceSpec]:
@@ -215,10 +238,13 @@ def calculate_virtual_device_count(*device_spec_lists: Iterable[DeviceSpec]) -> 
 
 
 def _parse_gpu_ids(text: str) -> list[int]:
-    """Parses the id list of a ``"gpu:0,3"`` device string."""
+    """Parses the id list of a ``"gpu:0,3"`` device string; empty parts and
+    ``all`` name no id here (as MAX)."""
     ids: list[int] = []
     for part in text.split(","):
         part = part.strip()
+        if not part or part.lower() == "all":
+            continue
         try:
             ids.append(int(part))
         except ValueError:
@@ -236,19 +262,20 @@ def calculate_virtual_device_count_from_cli(
     """Like :func:`calculate_virtual_device_count`, for command-line inputs.
 
     Each input is a list of GPU ids, ``"gpu"`` (GPU 0), ``"gpu:all"`` (every
-    accelerator) or ``"gpu:<id>[,<id>...]"``; other strings (e.g. ``"cpu"``)
-    name no GPU. The result is at least 1.
+    accelerator) or ``"gpu:<id>[,<id>...]"``, in any case; empty ids and
+    ``all`` in an id list are skipped, as MAX does; other strings (e.g.
+    ``"cpu"``) name no GPU. The result is at least 1.
     """
     highest = -1
     for item in device_inputs:
         if isinstance(item, str):
-            text = item.strip()
+            text = item.strip().lower()
             if text == "gpu":
                 highest = max(highest, 0)
             elif text == "gpu:all":
                 highest = max(highest, accelerator_count() - 1)
             elif text.startswith("gpu:"):
-                highest = max(highest, *_parse_gpu_ids(text[4:]))
+                highest = max([highest, *_parse_gpu_ids(item.strip()[4:])])
         else:
             for gpu_id in item:
                 highest = max(highest, int(gpu_id))

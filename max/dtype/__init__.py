@@ -1,18 +1,21 @@
-"""Tensor element types: :class:`DType`, as Modular MAX's ``max.dtype``.
+"""Tensor element types: :class:`DType` and the limits query :class:`finfo`,
+as Modular MAX's ``max.dtype``.
 
 Importing this module never imports NumPy or ml_dtypes: only
 :meth:`DType.to_numpy` and :meth:`DType.from_numpy` need NumPy, and they
-import it when called.
+import it when called (:class:`finfo` computes its values from each
+format's definition).
 """
 
 from __future__ import annotations
 
 import builtins
 import enum
+import math
 import sys
 from typing import Any, NamedTuple
 
-__all__ = ["DType"]
+__all__ = ["DType", "finfo"]
 
 
 class _Kind(enum.Enum):
@@ -52,6 +55,11 @@ class DType(enum.Enum):
       the IEEE ones, ``bfloat16``, float8, float6 and float4.
       ``is_float8()`` is true for the five float8 types, ``float8_e8m0fnu``
       included.  ``is_half()`` is true for ``float16`` and ``bfloat16``.
+    - ``repr()`` is the member's name (``float32``, as MAX); ``str()`` is
+      ``DType.float32``.  ``DType("f32")`` looks a member up by its MLIR
+      type name, which ``_mlir`` gives (``si32``, ``ui8``, ``bf16``,
+      ``f8e4m3fn``, ``i1`` for ``bool``).
+    - ``DType.finfo`` is :class:`finfo`: ``DType.finfo(DType.bfloat16).max``.
     """
 
     bool = 1
@@ -75,6 +83,21 @@ class DType(enum.Enum):
     float8_e4m3fnuz = 76
     float8_e5m2 = 77
     float8_e5m2fnuz = 78
+
+    def __repr__(self) -> str:
+        return self._name_
+
+    @classmethod
+    def _missing_(cls, value: object) -> DType | None:
+        # DType("f32"): MLIR type names; anything else is Enum's ValueError.
+        if isinstance(value, str):
+            return _FROM_MLIR.get(value)
+        return None
+
+    @property
+    def _mlir(self) -> str:
+        """The MLIR type name of this dtype, e.g. ``f32`` [MAX's private API]."""
+        return _MLIR[self._value_]
 
     @property
     def size_in_bits(self) -> int:
@@ -229,6 +252,32 @@ _ML_DTYPES_TWINS = tuple(
 )
 # Types registered with NumPy by other packages have numbers from this up.
 _NPY_USERDEF = 256
+# MLIR's type names, as MAX spells them (lower case); MAX has none for the
+# float6 types, which get the names of the same pattern.
+_MLIR: dict[int, str] = {
+    DType.bool.value: "i1",
+    DType.int8.value: "si8",
+    DType.int16.value: "si16",
+    DType.int32.value: "si32",
+    DType.int64.value: "si64",
+    DType.uint8.value: "ui8",
+    DType.uint16.value: "ui16",
+    DType.uint32.value: "ui32",
+    DType.uint64.value: "ui64",
+    DType.float16.value: "f16",
+    DType.float32.value: "f32",
+    DType.float64.value: "f64",
+    DType.bfloat16.value: "bf16",
+    DType.float4_e2m1fn.value: "f4e2m1fn",
+    DType.float6_e2m3fn.value: "f6e2m3fn",
+    DType.float6_e3m2fn.value: "f6e3m2fn",
+    DType.float8_e8m0fnu.value: "f8e8m0fnu",
+    DType.float8_e4m3fn.value: "f8e4m3fn",
+    DType.float8_e4m3fnuz.value: "f8e4m3fnuz",
+    DType.float8_e5m2.value: "f8e5m2",
+    DType.float8_e5m2fnuz.value: "f8e5m2fnuz",
+}
+_FROM_MLIR: dict[str, DType] = {name: DType(v) for v, name in _MLIR.items()}
 
 
 def _numpy(call: str) -> Any:
@@ -255,3 +304,107 @@ def _from_numpy_dtype(np_dtype: Any) -> DType | None:
                 return d
         return None
     return _NUMPY_KINDS.get((np_dtype.kind, np_dtype.itemsize))
+
+
+# ---- finfo -------------------------------------------------------------------
+
+
+class _Format(NamedTuple):
+    """A binary floating-point format, as its definition gives it."""
+
+    mantissa_bits: int
+    exponent_bits: int
+    bias: int
+    # The all-ones exponent holds inf/NaN (IEEE 754, and e8m0fnu's NaN).
+    top_exponent_reserved: bool
+    # Only the all-ones mantissa of the all-ones exponent is NaN (e4m3fn).
+    top_mantissa_reserved: bool
+    signed: bool
+
+
+_FORMATS: dict[int, _Format] = {
+    DType.float16.value: _Format(10, 5, 15, True, False, True),
+    DType.float32.value: _Format(23, 8, 127, True, False, True),
+    DType.float64.value: _Format(52, 11, 1023, True, False, True),
+    DType.bfloat16.value: _Format(7, 8, 127, True, False, True),
+    DType.float8_e5m2.value: _Format(2, 5, 15, True, False, True),
+    DType.float8_e4m3fn.value: _Format(3, 4, 7, False, True, True),
+    DType.float8_e4m3fnuz.value: _Format(3, 4, 8, False, False, True),
+    DType.float8_e5m2fnuz.value: _Format(2, 5, 16, False, False, True),
+    DType.float8_e8m0fnu.value: _Format(0, 8, 127, True, False, False),
+    DType.float6_e2m3fn.value: _Format(3, 2, 1, False, False, True),
+    DType.float6_e3m2fn.value: _Format(2, 3, 3, False, False, True),
+    DType.float4_e2m1fn.value: _Format(1, 2, 1, False, False, True),
+}
+
+
+class finfo:  # lower case: MAX's name, as numpy.finfo and torch.finfo
+    """Numerical limits of a floating-point :class:`DType`, as MAX's
+    ``max.dtype.finfo`` (modelled on ``torch.finfo``): ``bits``, ``eps``,
+    ``max``, ``min``, ``tiny`` (= ``smallest_normal``) and ``dtype``, for
+    every float dtype, bfloat16 and the float8, float6 and float4 formats
+    included.
+
+    The values are Python floats computed exactly from each format's
+    definition (no NumPy needed); they equal ``ml_dtypes.finfo`` and
+    ``numpy.finfo`` of the same format.  ``min`` is ``-max``, except for
+    ``float8_e8m0fnu``, which has no sign: its ``min`` is its smallest
+    value (as MAX and ml_dtypes).
+
+    Raises:
+        TypeError: ``dtype`` is not a ``DType``, or not a floating-point one.
+    """
+
+    __slots__ = ("bits", "dtype", "eps", "max", "min", "tiny")
+
+    bits: int
+    """Bits one value occupies (4 for float4, 6 for float6)."""
+    eps: float
+    """The difference between 1.0 and the next larger value."""
+    max: float
+    """The largest finite value."""
+    min: float
+    """The most negative finite value (the smallest for unsigned formats)."""
+    tiny: float
+    """The smallest positive normal value."""
+    dtype: DType
+    """The dtype these limits describe."""
+
+    def __init__(self, dtype: DType) -> None:
+        if not isinstance(dtype, DType):
+            raise TypeError(
+                "finfo() argument must be a max.dtype.DType, not "
+                f"{type(dtype).__name__}"
+            )
+        fmt = _FORMATS.get(dtype.value)
+        if fmt is None:
+            raise TypeError(
+                f"finfo only supports floating-point types, got {dtype.name}"
+            )
+        m = fmt.mantissa_bits
+        top = 2**fmt.exponent_bits - 1 - fmt.top_exponent_reserved
+        largest = 2.0 - math.ldexp(1.0, (1 if fmt.top_mantissa_reserved else 0) - m)
+        self.bits = dtype.size_in_bits
+        self.eps = math.ldexp(1.0, -m)
+        self.max = math.ldexp(largest, top - fmt.bias)
+        # A format without mantissa bits has no subnormals: exponent 0 is
+        # its smallest normal value.
+        self.tiny = math.ldexp(1.0, (1 if m else 0) - fmt.bias)
+        self.min = -self.max if fmt.signed else self.tiny
+        self.dtype = dtype
+
+    @property
+    def smallest_normal(self) -> float:
+        """The smallest positive normal value: ``tiny``'s other name."""
+        return self.tiny
+
+    def __repr__(self) -> str:
+        return (
+            f"finfo(dtype={self.dtype.name}, bits={self.bits}, eps={self.eps}, "
+            f"max={self.max}, min={self.min}, tiny={self.tiny})"
+        )
+
+
+# DType.finfo(DType.bfloat16), as MAX (set after the class is made: a class
+# defined in an Enum's body would become a member).
+DType.finfo = finfo  # type: ignore[attr-defined]

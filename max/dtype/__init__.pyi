@@ -1,12 +1,13 @@
-"""Tensor element types: :class:`DType`, as Modular MAX's ``max.dtype``."""
+"""Tensor element types: :class:`DType` and :class:`finfo`, as Modular MAX's
+``max.dtype``."""
 
 import builtins
 import enum
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy
 
-__all__ = ["DType"]
+__all__ = ["DType", "finfo"]
 
 class DType(enum.Enum):
     """The tensor data type: an enum whose values are MAX's dtype codes."""
@@ -54,6 +55,11 @@ class DType(enum.Enum):
     float8_e5m2fnuz = 78
     """8-bit float, 5 exponent and 2 mantissa bits, finite, no negative zero."""
 
+    finfo: ClassVar[type[_FInfo]]
+    """:class:`finfo` (``DType.finfo(DType.bfloat16)``, as MAX)."""
+
+    @property
+    def _mlir(self) -> str: ...
     @property
     def size_in_bits(self) -> int: ...
     @property
@@ -73,3 +79,18 @@ class DType(enum.Enum):
     def to_numpy(self) -> numpy.dtype[Any]: ...
     @classmethod
     def from_numpy(cls, dtype: numpy.dtype[Any] | type[Any] | str) -> DType: ...
+
+class finfo:
+    """Numerical limits of a floating-point :class:`DType`."""
+
+    bits: int
+    eps: float
+    max: float
+    min: float
+    tiny: float
+    dtype: DType
+    def __init__(self, dtype: DType) -> None: ...
+    @property
+    def smallest_normal(self) -> float: ...
+
+_FInfo = finfo
