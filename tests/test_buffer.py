@@ -1876,8 +1876,12 @@ def test_dlpack_exports_no_newer_version_than_asked(asked, exported):
 
 @pytest.mark.parametrize(
     "dtype",
-    [DType.float8_e4m3fn, DType.float8_e8m0fnu, DType.float6_e3m2fn,
-     DType.float4_e2m1fn],
+    [
+        DType.float8_e4m3fn,
+        DType.float8_e8m0fnu,
+        DType.float6_e3m2fn,
+        DType.float4_e2m1fn,
+    ],
     ids=str,
 )
 def test_float8_6_4_need_a_versioned_capsule(dtype):
