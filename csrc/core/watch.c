@@ -88,13 +88,13 @@ static bool poll_pass(void)
     bool progress = false;
     for (mxd_watch *w = watcher.head, *next; w; w = next) {
         next = w->next;
-        if (w->own_event && blocked(waiting, nwaiting, w->queue))
+        if (w->storage && blocked(waiting, nwaiting, w->queue))
             continue;
         bool ready = false;
         mxd_error err;
         mxd_status st = mxd_event_query(w->event, &ready, &err);
         if (st == MXD_OK && !ready) {
-            if (w->own_event && nwaiting < BLOCKED_QUEUES)
+            if (w->storage && nwaiting < BLOCKED_QUEUES)
                 waiting[nwaiting++] = w->queue;
             continue;
         }
@@ -285,10 +285,12 @@ mxd_status mxd_watch_queue(mxd_queue *q, mxd_watch_fn fn, void *ctx,
             *out = NULL;
             return MXD_OK;
         }
-        mxd_status st =
-            mxd_event_init(&w->storage, q->device, false, &w->event, err);
+        mxd_status st = MXD_NO_MEMORY;
+        if (!(w->storage = malloc(sizeof *w->storage)))
+            mxd_fail(err, st, "out of memory");
+        else
+            st = mxd_event_init(w->storage, q->device, false, &w->event, err);
         if (st == MXD_OK) {
-            w->own_event = true;
             mxd_queue_retain(q);
             w->queue = q;
             st = mxd_queue_record(q, w->event, err);
@@ -324,8 +326,9 @@ void mxd_watch_free(mxd_watch *w)
 {
     if (!w)
         return;
-    if (w->own_event)
+    if (w->event && w->storage)
         mxd_event_fini(w->event);
+    free(w->storage);
     if (w->queue)
         mxd_queue_release(w->queue);
     free(w->error);

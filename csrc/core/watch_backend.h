@@ -29,13 +29,13 @@ struct mxd_watch {
      * lets the watcher skip later watches of it. */
     mxd_queue *queue;
     uint64_t ticket;
-    /* Accelerators: the event the watcher queries; `storage` holds it for
-     * a queue watch (own_event). */
+    /* Accelerators: the event the watcher queries; for a queue watch it
+     * lives in `storage`, allocated for it (a CPU watch is small: there may
+     * be many thousands armed). */
     mxd_event *event;
-    bool own_event;
+    mxd_event_storage *storage;
     mxd_status status; /* once fired */
     mxd_error *error;  /* malloc'ed when status is not MXD_OK */
-    mxd_event_storage storage;
 };
 
 /* Under the lock of the list w was on, after unlinking it: records the

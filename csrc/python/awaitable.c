@@ -132,14 +132,15 @@ static void waiter_fire(void *ctx)
 
 /* ---- Waiters ------------------------------------------------------------ */
 
+/* With the GIL held: the watch's last queue reference, if it is the last
+ * of all, only hands the queue to its backend (which never blocks there),
+ * and releasing the GIL here would hand it to whichever thread wants it
+ * right when the loop is waking an awaiting task. */
 static void waiter_free_watch(WaiterObject *w)
 {
     mxd_watch *watch = w->watch;
     w->watch = NULL;
-    /* Frees may release the last reference to a queue. */
-    Py_BEGIN_ALLOW_THREADS
-        mxd_watch_free(watch);
-    Py_END_ALLOW_THREADS
+    mxd_watch_free(watch);
 }
 
 /* Drops what the waiter holds once it is settled, and the core's
