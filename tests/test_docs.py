@@ -221,6 +221,9 @@ _PROTOCOL_DUNDERS = {
     "__getitem__",
     "__setitem__",
     "__delitem__",
+    "__await__",
+    "__buffer__",  # Python 3.12+ show the buffer protocol as these two
+    "__release_buffer__",
 }
 
 

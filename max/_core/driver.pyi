@@ -1,9 +1,17 @@
 """Type stub of the native module ``max._core.driver`` (see SPEC.md)."""
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from enum import Flag, IntEnum
-from typing import Any, Literal, SupportsFloat, SupportsIndex, final, overload
+from typing import (
+    Any,
+    Literal,
+    NoReturn,
+    SupportsFloat,
+    SupportsIndex,
+    final,
+    overload,
+)
 
 from numpy.typing import NDArray
 from typing_extensions import Self, deprecated
@@ -109,6 +117,10 @@ class DeviceQueue:
     def __cuda_stream__(self) -> tuple[int, int]:
         """Only present on CUDA queues (``hasattr`` is False elsewhere)."""
     def _device_context_ptr(self) -> int: ...
+    def __await__(self) -> Generator[Any, None, None]:
+        """``await queue``: everything enqueued before the await is done."""
+    def __reduce_ex__(self, protocol: SupportsIndex, /) -> NoReturn:
+        """Raises TypeError: a queue is a resource of one process."""
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
@@ -122,6 +134,10 @@ class DeviceEvent:
     def synchronize(self, timeout: float | None = None) -> None: ...
     def is_ready(self) -> bool: ...
     def elapsed_time(self, end_event: DeviceEvent) -> float: ...
+    def __await__(self) -> Generator[Any, None, None]:
+        """``await event``: the recorded point is complete."""
+    def __reduce_ex__(self, protocol: SupportsIndex, /) -> NoReturn:
+        """Raises TypeError: an event is a resource of one process."""
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
@@ -139,6 +155,8 @@ class CompletionFlag:
     def signal(self, value: SupportsIndex) -> None: ...
     def load(self) -> int: ...
     def reset(self) -> None: ...
+    def __reduce_ex__(self, protocol: SupportsIndex, /) -> NoReturn:
+        """Raises TypeError: a flag is a resource of one process."""
 
 class Usage(Flag):
     """How a buffer's memory is allocated (an ``enum.Flag``)."""
@@ -253,6 +271,11 @@ class Buffer:
         copy: bool | None = None,
     ) -> Any: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __buffer__(self, flags: int, /) -> memoryview:
+        """The buffer protocol, on host memory (BufferError otherwise)."""
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+    def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]:
+        """Pickles dtype, shape and values (protocol 5: out of band)."""
     def _data_ptr(self) -> int: ...
     def _aligned(self, alignment: int | None = None) -> bool: ...
 
@@ -321,4 +344,13 @@ def accelerator_count() -> int: ...
 def accelerator_api() -> str: ...
 def backend_selection() -> list[dict[str, Any]]: ...
 def _cleanup_failures() -> tuple[int, str]: ...
+def _rebuild_buffer(
+    data: Any,
+    dtype: DType,
+    shape: Sequence[SupportsIndex],
+    device: tuple[Literal["cpu", "gpu"], int],
+    pinned: bool,
+    /,
+) -> Buffer: ...
+def _async_stats() -> dict[str, int | bool]: ...
 def __unsafe_pack_py_host_func(fn: _HostFunc) -> tuple[int, int]: ...
