@@ -117,7 +117,7 @@ class DeviceQueue:
     def __cuda_stream__(self) -> tuple[int, int]:
         """Only present on CUDA queues (``hasattr`` is False elsewhere)."""
     def _device_context_ptr(self) -> int: ...
-    def __await__(self) -> Generator[Any, None, None]:
+    def __await__(self) -> Generator[Any]:
         """``await queue``: everything enqueued before the await is done."""
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> NoReturn:
         """Raises TypeError: a queue is a resource of one process."""
@@ -134,7 +134,7 @@ class DeviceEvent:
     def synchronize(self, timeout: float | None = None) -> None: ...
     def is_ready(self) -> bool: ...
     def elapsed_time(self, end_event: DeviceEvent) -> float: ...
-    def __await__(self) -> Generator[Any, None, None]:
+    def __await__(self) -> Generator[Any]:
         """``await event``: the recorded point is complete."""
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> NoReturn:
         """Raises TypeError: an event is a resource of one process."""
