@@ -144,23 +144,37 @@ def test_cpu_examples_run(page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 SCRIPT_BLOCKS = [b for p in PAGES for b in python_blocks(p) if b.is_script]
 
 
+def _run_child(
+    args: list[str], cwd: Path, timeout: float, stdin: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """A child interpreter of this checkout, without this run's backend
+    configuration (MAX_DRIVER_*, FAKE_GPU_*), with `env` added."""
+    child = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MAX_DRIVER_", "FAKE_GPU_"))
+    }
+    pp = child.get("PYTHONPATH")
+    child["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + pp if pp else "")
+    child.update(env)
+    return subprocess.run(
+        [sys.executable, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=child,
+        cwd=cwd,
+    )
+
+
 @pytest.mark.parametrize("block", SCRIPT_BLOCKS, ids=lambda b: b.where)
 def test_script_examples_run_as_files(block: Block, tmp_path: Path) -> None:
     """A whole-program example, as a file in a fresh interpreter: the
     spawn start method re-imports it there, so it must be one as pasted."""
     script = tmp_path / "example.py"
     script.write_text(block.code, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAX_DRIVER_")}
-    pp = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + pp if pp else "")
-    result = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-        cwd=tmp_path,
-    )
+    result = _run_child([str(script)], tmp_path, 180)
     assert result.returncode == 0, (
         f"the script at {block.where} failed (exit {result.returncode}):\n"
         f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
@@ -210,24 +224,14 @@ GPU_PAGES = [p for p in PAGES if any(b.needs_accelerator for b in python_blocks(
 def test_accelerator_examples_run(page: Path, fake_cuda: Path) -> None:
     """The page's ``# requires: accelerator`` blocks on the fake CUDA driver."""
     blocks = [b for b in python_blocks(page) if b.needs_accelerator]
-    env = dict(os.environ)
-    for key in [k for k in env if k.startswith(("MAX_DRIVER_", "FAKE_GPU_"))]:
-        del env[key]
-    pp = env.get("PYTHONPATH")
-    env.update(
-        PYTHONPATH=str(REPO_ROOT) + (os.pathsep + pp if pp else ""),
+    result = _run_child(
+        ["-c", _RUNNER],
+        REPO_ROOT,
+        120,
+        stdin=json.dumps([[b.where, b.code] for b in blocks]),
         MAX_DRIVER_BACKEND="cuda",
         MAX_DRIVER_CUDA_LIBRARY=str(fake_cuda),
         PYTHONUNBUFFERED="1",
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", _RUNNER],
-        input=json.dumps([[b.where, b.code] for b in blocks]),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=REPO_ROOT,
     )
     assert result.returncode == 0, (
         f"accelerator examples of docs/{page.name} failed "

@@ -1,17 +1,19 @@
 /* Watches (watch.h): arming, cancelling and, for backends that cannot fire
- * them themselves (the accelerators), the watcher thread that polls their
- * events. */
+ * them themselves (the accelerators), the watcher that polls their events
+ * on a thread of the core's worker pool. */
 #include "watch_backend.h"
 
-#include <signal.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
+
+#include "pool.h"
 
 /* The watcher's pause between passes while nothing completes: from MIN,
  * doubling to MAX (as the GPU backend's polling waits do). */
 #define MIN_PAUSE_NS (20 * 1000LL)
 #define MAX_PAUSE_NS (250 * 1000LL)
+/* How long the watcher's job waits for a new watch before it ends. */
+#define IDLE_EXIT_NS (2 * MXD_SECOND)
 /* Queues a pass remembers as not done yet (more only costs queries). */
 enum { BLOCKED_QUEUES = 32 };
 
@@ -44,7 +46,8 @@ static struct {
     pthread_cond_t wake;
     pthread_once_t once;
     mxd_watch *head, *tail; /* armed, oldest first */
-    bool started;
+    bool running;           /* `job` is submitted or runs */
+    mxd_job job;
 } watcher = {.mu = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
 
 static void watcher_init(void)
@@ -105,14 +108,30 @@ static bool poll_pass(void)
     return progress;
 }
 
-static void *watcher_main(void *unused)
+/* Under watcher.mu: waits up to IDLE_EXIT_NS for a watch; false when none
+ * came (the job then ends). */
+static bool wait_for_watches(void)
 {
-    (void)unused;
+    int64_t until_ns = mxd_now_ns() + IDLE_EXIT_NS;
+    struct timespec until = {until_ns / MXD_SECOND, until_ns % MXD_SECOND};
+    while (!watcher.head)
+        if (pthread_cond_timedwait(&watcher.wake, &watcher.mu, &until) &&
+            !watcher.head)
+            return false;
+    return true;
+}
+
+/* The watcher: a job of the core's worker pool (pool.h), which runs while
+ * watches are armed and ends once none was for IDLE_EXIT_NS. */
+static void watcher_run(mxd_job *job)
+{
+    (void)job;
     int64_t pause = MIN_PAUSE_NS;
     pthread_mutex_lock(&watcher.mu);
     for (;;) {
-        while (!watcher.head) {
-            pthread_cond_wait(&watcher.wake, &watcher.mu);
+        if (!watcher.head) {
+            if (!wait_for_watches())
+                break;
             pause = MIN_PAUSE_NS;
         }
         if (poll_pass())
@@ -125,38 +144,21 @@ static void *watcher_main(void *unused)
         struct timespec until = {until_ns / MXD_SECOND, until_ns % MXD_SECOND};
         pthread_cond_timedwait(&watcher.wake, &watcher.mu, &until);
     }
-    return NULL;
-}
-
-/* Under watcher.mu.  Signals stay with the application's threads. */
-static int start_thread(void)
-{
-    pthread_attr_t attr;
-    pthread_t thread;
-    sigset_t all, old;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&thread, &attr, watcher_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
-    return rc;
+    watcher.running = false; /* the job is not touched after this */
+    pthread_mutex_unlock(&watcher.mu);
 }
 
 static mxd_status watcher_add(mxd_watch *w, mxd_error *err)
 {
     pthread_once(&watcher.once, watcher_init);
     pthread_mutex_lock(&watcher.mu);
-    if (!watcher.started) {
-        int rc = start_thread();
-        if (rc) {
+    if (!watcher.running) {
+        watcher.job.run = watcher_run;
+        if (mxd_pool_submit(&watcher.job, err) != MXD_OK) {
             pthread_mutex_unlock(&watcher.mu);
-            return mxd_fail(err, MXD_NO_MEMORY,
-                            "cannot start the watcher thread: %s",
-                            strerror(rc));
+            return MXD_NO_MEMORY;
         }
-        watcher.started = true;
+        watcher.running = true;
     }
     w->firer = NULL;
     w->state = MXD_WATCH_ARMED;
@@ -186,12 +188,12 @@ static bool watcher_cancel(mxd_watch *w)
     return armed;
 }
 
-bool mxd_watch_thread_started(void)
+bool mxd_watch_thread_running(void)
 {
     pthread_mutex_lock(&watcher.mu);
-    bool started = watcher.started;
+    bool running = watcher.running;
     pthread_mutex_unlock(&watcher.mu);
-    return started;
+    return running;
 }
 
 /* The fork handlers (process.c): the child has no watcher thread, and the
@@ -210,7 +212,7 @@ void mxd_watch_fork_parent(void)
 void mxd_watch_fork_child(void)
 {
     watcher.head = watcher.tail = NULL;
-    watcher.started = false;
+    watcher.running = false;
     atomic_store(&armed_count, 0);
     watcher_init(); /* over the parent's: its waiter did not survive */
     pthread_mutex_unlock(&watcher.mu);

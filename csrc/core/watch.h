@@ -8,7 +8,8 @@
  * the core:
  *   - on CPU queues, the worker that completes the point runs it, right
  *     after publishing the completion (no polling, no extra thread);
- *   - on accelerators, one watcher thread per process queries the events
+ *   - on accelerators, one watcher per process (a job of the core's worker
+ *     pool, running while watches are armed) queries the events
  *     of the pending watches, backing off from 20 us to 250 us between
  *     passes while nothing completes (the style of every other GPU wait
  *     here).  It never runs on a driver callback thread and adds nothing
@@ -57,10 +58,11 @@ mxd_status mxd_watch_result(const mxd_watch *w, mxd_error *err);
 void mxd_watch_free(mxd_watch *w);
 
 /* Watches armed and not yet fired or cancelled, process-wide; and whether
- * the accelerators' watcher thread was started (for tests: a cancelled
- * wait leaves nothing armed). */
+ * the accelerators' watcher runs now, on a thread of the worker pool (it
+ * ends 2 s after the last watch went).  For tests: a cancelled wait
+ * leaves nothing armed. */
 long mxd_watch_armed(void);
-bool mxd_watch_thread_started(void);
+bool mxd_watch_thread_running(void);
 
 #ifdef __cplusplus
 }

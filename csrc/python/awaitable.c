@@ -492,7 +492,7 @@ PyObject *binding_async_stats(PyObject *module, PyObject *unused)
     return Py_BuildValue(
         "{s:l,s:l,s:n,s:O}", "armed_watches", mxd_watch_armed(), "waiters",
         atomic_load(&live_waiters), "event_loops", wakers, "watcher_thread",
-        mxd_watch_thread_started() ? Py_True : Py_False);
+        mxd_watch_thread_running() ? Py_True : Py_False);
 }
 
 static PyType_Slot waker_slots[] = {

@@ -72,13 +72,15 @@ def test_await_event_and_queue_on_an_accelerator(gated):
         asyncio.get_running_loop().call_later(
             0.05, lambda: threading.Thread(target=flag.signal, args=(1,)).start()
         )
-        await ev
+        waiting = asyncio.ensure_future(_await(ev))
+        await asyncio.sleep(0)
+        assert core._async_stats()["watcher_thread"]  # a pool thread polls
+        await waiting
         assert ran == [1] and ev.is_ready()
         await q
         await DeviceEvent(q.device)  # unrecorded: at once
 
     run(main())
-    assert core._async_stats()["watcher_thread"]
     assert settled()
 
 
