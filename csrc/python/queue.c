@@ -351,10 +351,16 @@ static PyObject *queue_context_ptr(PyObject *self, PyObject *unused)
 
 /* ---- await (SPEC §15) --------------------------------------------------- */
 
+/* On an accelerator the watch records an event on the queue's stream: an
+ * enqueue, which may block (BINDING_ENQUEUE); the watch's function touches
+ * no Python object, so it may fire meanwhile. */
 static mxd_status queue_watch_start(PyObject *owner, mxd_watch_fn fn, void *ctx,
                                     mxd_watch **out, mxd_error *err)
 {
-    return mxd_watch_queue(queue_of(owner), fn, ctx, out, err);
+    mxd_queue *queue = queue_of(owner);
+    mxd_status status;
+    BINDING_ENQUEUE(queue, status = mxd_watch_queue(queue, fn, ctx, out, err));
+    return status;
 }
 
 static PyObject *queue_await(PyObject *self)
