@@ -1,10 +1,12 @@
-"""The benchmark command: ``python -m benchmarks [--quick] [--out DIR]``.
+"""The benchmark command: ``python -m benchmarks [--quick] [--save | --out DIR]``.
 
 Every figure is a ratio of two costs measured in the same process, with the
 two measurements interleaved and each ratio the median of several
 repetitions, so that a busy machine slows both sides alike.  Results are
 printed as a table, written as JSON and drawn as a PNG (when matplotlib is
-importable)."""
+importable): into a folder of the temporary directory, so that a run changes
+no tracked file, or with ``--save`` into benchmarks/results (the figures the
+README shows)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import json
 import os
 import platform
 import statistics
+import tempfile
 import threading
 import time
 import timeit
@@ -25,7 +28,8 @@ from pathlib import Path
 from max import driver
 from max.dtype import DType
 
-OUT_DIR = Path(__file__).resolve().parent / "results"
+OUT_DIR = Path(__file__).resolve().parent / "results"  # tracked: --save
+SCRATCH_DIR = Path(tempfile.gettempdir()) / "max-driver-benchmarks"
 
 
 @dataclass
@@ -483,17 +487,20 @@ def plot(results: list[Result], path: Path) -> bool:
 
 
 def optional_sections(scale_down: int) -> list[Result]:
-    """Buffers against NumPy, and the GIL's cost on the fake GPU driver: each
-    runs when what it needs is there, else says why not."""
-    # Imported here: both modules import this one.
-    from benchmarks import buffers, fake_gpu, fake_pipelines
+    """Buffers against NumPy, the Python protocols (pickling needs NumPy
+    too), and the GIL's cost and buffer pipelines on the fake GPU driver:
+    each runs when what it needs is there, else says why not."""
+    # Imported here: these modules import this one.
+    from benchmarks import buffers, fake_gpu, fake_pipelines, protocols
 
     results = []
     reason = buffers.numpy_skip_reason()
     if reason:
         print(f"[{buffers.SECTION}] skipped: {reason}")
+        print(f"[{protocols.PICKLE_SECTION}] skipped: {reason}")
     else:
         results += buffers.benchmark(scale_down)
+    results += protocols.benchmark(scale_down, with_numpy=reason is None)
     reason = fake_gpu.skip_reason()
     if reason:
         print(f"[{fake_gpu.SECTION}] skipped: {reason}")
@@ -508,14 +515,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="fewer repetitions (a smoke run, noisier)"
     )
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--out",
         type=Path,
-        default=OUT_DIR,
-        help="where to write latest.json and latest.png",
+        default=None,
+        help=f"where to write latest.json, latest.txt and latest.png (default: "
+        f"{SCRATCH_DIR})",
+    )
+    where.add_argument(
+        "--save",
+        action="store_true",
+        help=f"write them to {OUT_DIR}, the tracked results the README shows",
     )
     args = parser.parse_args(argv)
     scale_down = 10 if args.quick else 1
+    out = OUT_DIR if args.save else (args.out or SCRATCH_DIR)
 
     results = per_call(reps=7, number=200_000 // scale_down)
     results.append(host_throughput(reps=5, count=20_000 // scale_down))
@@ -529,15 +544,16 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"machine: {machine()}")
     print(table(results))
-    args.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     report = {
         "machine": machine(),
         "results": [asdict(r) | {"status": r.status} for r in results],
     }
-    (args.out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "latest.txt").write_text(table(results) + "\n")
-    if plot(results, args.out / "latest.png"):
-        print(f"plot: {args.out / 'latest.png'}")
+    (out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "latest.txt").write_text(table(results) + "\n")
+    print(f"results: {out / 'latest.json'}, {out / 'latest.txt'}")
+    if plot(results, out / "latest.png"):
+        print(f"plot: {out / 'latest.png'}")
     missed = [r.name for r in results if r.status == "MISS"]
     print(f"{len(missed)} target(s) missed" + (f": {missed}" if missed else ""))
     return 0

@@ -7,8 +7,10 @@ only when ``driver.accelerator_count()`` is non-zero.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
+import pickle
 import sys
 import tempfile
 import threading
@@ -365,6 +367,26 @@ def exercise_packed_host_func() -> None:
     assert pack_host_func is getattr(driver, "__unsafe_pack_py_host_func")
 
 
+def exercise_protocols(device: Device) -> str:
+    """The buffer protocol, pickling and await (SPEC §15)."""
+    host = Buffer.zeros((2, 3), DType.int32)
+    view: memoryview = memoryview(host)
+    raw: bytes = bytes(host)
+    oob: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(host, protocol=5, buffer_callback=oob.append)
+    back: Buffer = pickle.loads(data, buffers=oob)
+    moved: Buffer = pickle.loads(pickle.dumps(host.to(device)))
+    queue = DeviceQueue(device)
+
+    async def wait() -> None:
+        await queue
+        await queue.record_event()
+        await asyncio.wait_for(DeviceEvent(device), 5.0)
+
+    asyncio.run(wait())
+    return f"{view.format} {len(raw)} {back.shape} {moved.device}"
+
+
 def main() -> int:
     cpu = CPU()
     assert cpu is CPU(id=0) is Device.cpu() is Device.cpu(id=-1)
@@ -376,6 +398,7 @@ def main() -> int:
     exercise_deprecated(cpu)
     exercise_packed_host_func()
     print(exercise_buffers(cpu, cpu))
+    print(exercise_protocols(cpu))
     assert not cpu.can_access(cpu)
 
     if driver.accelerator_count():
@@ -384,6 +407,7 @@ def main() -> int:
         print(describe(gpu))
         print(exercise_queues(gpu, cpu))
         print(exercise_buffers(gpu, cpu))
+        print(exercise_protocols(gpu))
         assert not gpu.can_access(cpu) and not cpu.can_access(other=gpu)
         if accelerator_count() > 1:
             print("peer access:", gpu.can_access(Accelerator(1)))

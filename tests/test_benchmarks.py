@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # for `benchmarks`, a top-level directory
     sys.path.insert(0, str(REPO))
 
-from benchmarks import buffers, fake_gpu, fake_pipelines  # noqa: E402
+from benchmarks import buffers, fake_gpu, fake_pipelines, protocols  # noqa: E402
 from benchmarks.run import (  # noqa: E402
     Result,
     optional_sections,
@@ -143,10 +143,67 @@ def test_gil_child_refuses_a_backend_other_than_the_fake():
 def test_optional_sections_say_why_they_did_not_run(monkeypatch, capsys):
     monkeypatch.setattr(buffers, "numpy_skip_reason", lambda: "no NumPy here")
     monkeypatch.setattr(fake_gpu, "skip_reason", lambda: "no compiler here")
-    assert optional_sections(scale_down=10) == []
+    ran = optional_sections(scale_down=10)
+    # Only the asyncio rows need nothing optional.
+    assert {r.section for r in ran} == {protocols.ASYNC_SECTION}
     out = capsys.readouterr().out
     assert f"[{buffers.SECTION}] skipped: no NumPy here" in out
+    assert f"[{protocols.PICKLE_SECTION}] skipped: no NumPy here" in out
     assert f"[{fake_gpu.SECTION}] skipped: no compiler here" in out
+
+
+def test_async_wake_latency_targets_half_of_run_in_executor():
+    r = protocols.wake_latency(samples=3)
+    assert r.target == 0.5 and not r.higher_is_better
+    assert r.section == protocols.ASYNC_SECTION
+    assert r.ratio > 0 and math.isfinite(r.ratio) and "run_in_executor" in r.detail
+
+
+def test_concurrent_awaits_hold_threads_and_memory():
+    rows = {r.name: r for r in protocols.concurrent_awaits(count=200)}
+    threads = rows["200 concurrent awaits on one queue: thread growth"]
+    assert threads.target == 0 and "armed watches left after 0" in threads.detail
+    memory = rows["200 concurrent awaits: memory per waiter / a plain Future's"]
+    assert memory.target == 1.5 and "B per awaiting task" in memory.detail
+    assert rows["200 concurrent awaits: wake them all / plain Futures"].target is None
+
+
+@needs_numpy
+def test_pickling_compares_protocol_5_with_numpy():
+    rows = protocols.pickling(reps=1, mib=1)
+    assert [r.target for r in rows] == [0.9, None]
+    assert all(
+        r.higher_is_better and r.section == protocols.PICKLE_SECTION for r in rows
+    )
+    assert "GB/s vs NumPy" in rows[0].detail and "zero-copy" in rows[1].detail
+    assert all(r.ratio > 0 and math.isfinite(r.ratio) for r in rows)
+
+
+def test_the_command_changes_no_tracked_file_unless_saving(tmp_path, monkeypatch):
+    """Issue 18: results go to a scratch folder; --save writes the tracked
+    ones; --out chooses; --save and --out together are refused."""
+    from benchmarks import run
+
+    written = []
+    monkeypatch.setattr(run, "per_call", lambda reps, number: [])
+    monkeypatch.setattr(run, "host_throughput", lambda reps, count: Result("h", 1, ""))
+    monkeypatch.setattr(run, "wake_latency", lambda samples: [])
+    monkeypatch.setattr(run, "ping_pong", lambda reps, rounds: Result("p", 1, ""))
+    monkeypatch.setattr(run, "scale", lambda events: [])
+    monkeypatch.setattr(run, "trace_overhead", lambda reps, number: Result("t", 1, ""))
+    monkeypatch.setattr(run, "optional_sections", lambda scale_down: [])
+    monkeypatch.setattr(run, "plot", lambda results, path: written.append(path))
+    monkeypatch.setattr(run, "SCRATCH_DIR", tmp_path / "scratch")
+    monkeypatch.setattr(run, "OUT_DIR", tmp_path / "tracked")
+    assert run.main(["--quick"]) == 0
+    assert (tmp_path / "scratch" / "latest.json").exists()
+    assert not (tmp_path / "tracked").exists()
+    assert run.main(["--quick", "--save"]) == 0
+    assert (tmp_path / "tracked" / "latest.txt").exists()
+    assert run.main(["--quick", "--out", str(tmp_path / "mine")]) == 0
+    assert (tmp_path / "mine" / "latest.json").exists()
+    with pytest.raises(SystemExit):
+        run.main(["--save", "--out", str(tmp_path)])
 
 
 @needs_numpy

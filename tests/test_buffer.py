@@ -1877,14 +1877,26 @@ def test_dlpack_exports_no_newer_version_than_asked(asked, exported):
     assert _capsule_version(capsule) == exported
 
 
-def test_float8_needs_dlpack_1_1():
-    """float8 type codes are DLPack 1.1: a consumer of 1.0 or of the legacy
-    capsule is told to ask for (1, 1)."""
-    buf = Buffer(DType.float8_e4m3fn, (2,))
-    for asked in (None, (1, 0)):
-        with pytest.raises(BufferError, match=r"max_version=\(1, 1\)"):
-            buf.__dlpack__(max_version=asked)
-    assert _capsule_version(buf.__dlpack__(max_version=(1, 1))) == (1, 1)
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        DType.float8_e4m3fn,
+        DType.float8_e8m0fnu,
+        DType.float6_e3m2fn,
+        DType.float4_e2m1fn,
+    ],
+    ids=str,
+)
+def test_float8_6_4_need_a_versioned_capsule(dtype):
+    """Their type codes are DLPack 1.1's: a consumer of any versioned
+    capsule gets them stamped 1.1, also when it asked for (1, 0), as
+    PyTorch exports them (and asks); the legacy capsule is told to ask for
+    a versioned one."""
+    buf = Buffer(dtype, (2,))
+    with pytest.raises(BufferError, match=r"max_version=\(1, 0\) or later"):
+        buf.__dlpack__()
+    for asked in ((1, 0), (1, 1), (1, 9)):
+        assert _capsule_version(buf.__dlpack__(max_version=asked)) == (1, 1)
 
 
 def test_index_beyond_64_bits_names_the_index():

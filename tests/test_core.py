@@ -1,6 +1,7 @@
-"""Runs the C core's own tests (tests/core/core_test.c) without Python in the
-loop: once as built for production and once under each sanitizer the
-compiler supports (ThreadSanitizer for races, ASan/UBSan for memory)."""
+"""Runs the C core's own tests (tests/core/core_test.c, and watch_test.c for
+the watches `await` uses) without Python in the loop: once as built for
+production and once under each sanitizer the compiler supports
+(ThreadSanitizer for races, ASan/UBSan for memory)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,15 @@ def _native_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 
 
-def _compile(tmp_path: Path, extra: list[str]) -> Path | None:
+# Each program and the line it prints when every check passed.
+PROGRAMS = {"core_test.c": "core tests passed", "watch_test.c": "watch tests passed"}
+
+
+def _compile(tmp_path: Path, extra: list[str], program: str) -> Path | None:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler on this machine")
-    exe = tmp_path / "core_test"
+    exe = tmp_path / Path(program).stem
     sources = sorted(str(p) for d in (CORE, BACKENDS) for p in d.glob("*.c"))
     cmd = [
         cc,
@@ -41,7 +46,7 @@ def _compile(tmp_path: Path, extra: list[str]) -> Path | None:
         f"-I{CORE}",
         f"-I{BACKENDS}",
         *sources,
-        str(ROOT / "tests" / "core" / "core_test.c"),
+        str(ROOT / "tests" / "core" / program),
         "-o",
         str(exe),
         "-pthread",
@@ -56,14 +61,15 @@ def _compile(tmp_path: Path, extra: list[str]) -> Path | None:
     return exe
 
 
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_core_c(tmp_path: Path, variant: str) -> None:
-    exe = _compile(tmp_path, VARIANTS[variant])
+def test_core_c(tmp_path: Path, variant: str, program: str) -> None:
+    exe = _compile(tmp_path, VARIANTS[variant], program)
     if exe is None:
         pytest.skip(f"the compiler cannot build with {variant}")
     result = subprocess.run(
         [str(exe)], capture_output=True, text=True, timeout=120, env=_native_env()
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "core tests passed" in result.stdout
+    assert PROGRAMS[program] in result.stdout
     assert "WARNING: ThreadSanitizer" not in result.stderr

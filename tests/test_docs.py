@@ -3,6 +3,9 @@
 - Every fenced ```python block of docs/*.md runs.  The blocks of one page run
   in order in one shared namespace (a later block may use an earlier one's
   names), in this process, in the main thread.
+- Blocks whose first line is ``# a script: run it as a file`` are whole
+  programs (``if __name__ == "__main__":`` and all): each runs as a file in
+  its own interpreter, as a reader who pasted it into one would run it.
 - Blocks whose first line is ``# requires: accelerator`` run instead in a
   child process against the fake CUDA driver of tests/fake_driver
   (``MAX_DRIVER_BACKEND=cuda``, ``MAX_DRIVER_CUDA_LIBRARY=<fake>``), again in
@@ -38,9 +41,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCS = REPO_ROOT / "docs"
 FAKE_BUILD = REPO_ROOT / "tests" / "fake_driver" / "build.py"
 GPU_MARK = "# requires: accelerator"
-# Blocks that need JAX (the test extra; not installed on the other
-# interpreters scripts/test-other-pythons.sh tests).
-JAX_MARK = "# requires: jax"
+# Blocks that need a client library, e.g. ``# requires: jax`` (the test
+# extra) or ``# requires: torch`` (the interop extra): left out, saying so,
+# where it is not installed (the other interpreters
+# scripts/test-other-pythons.sh tests have neither).
+_REQUIRES = re.compile(r"^# requires: (?P<module>[A-Za-z_][\w.]*)$")
+SCRIPT_MARK = "# a script: run it as a file"
 PAGES = sorted(DOCS.glob("*.md"))
 EXPECTED_PAGES = {"index.md", "guide.md", "api.md", "differences.md", "interop.md"}
 
@@ -60,6 +66,20 @@ class Block:
     @property
     def needs_accelerator(self) -> bool:
         return self.mark == GPU_MARK
+
+    @property
+    def is_script(self) -> bool:
+        return self.mark == SCRIPT_MARK
+
+    @property
+    def missing_client(self) -> str | None:
+        """The library a ``# requires: <module>`` block needs, when it is
+        not installed."""
+        m = _REQUIRES.match(self.mark)
+        if m is None or self.needs_accelerator:
+            return None
+        module = m.group("module")
+        return None if importlib.util.find_spec(module) else module
 
     @property
     def where(self) -> str:
@@ -100,12 +120,13 @@ def test_docs_pages_exist() -> None:
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
 def test_cpu_examples_run(page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The page's CPU blocks, in order, in one namespace, in this process."""
-    blocks = [b for b in python_blocks(page) if not b.needs_accelerator]
+    blocks = [
+        b for b in python_blocks(page) if not (b.needs_accelerator or b.is_script)
+    ]
     if not blocks:
         pytest.skip(f"docs/{page.name} has no CPU examples")
-    have_jax = importlib.util.find_spec("jax") is not None
-    left_out = [b.where for b in blocks if b.mark == JAX_MARK and not have_jax]
-    blocks = [b for b in blocks if b.where not in left_out]
+    left_out = [f"{b.where} ({b.missing_client})" for b in blocks if b.missing_client]
+    blocks = [b for b in blocks if not b.missing_client]
     # Children started by an example import this checkout.
     pp = os.environ.get("PYTHONPATH")
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + (os.pathsep + pp if pp else ""))
@@ -117,7 +138,48 @@ def test_cpu_examples_run(page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             detail = "".join(traceback.format_exception(exc))
             pytest.fail(f"example at {block.where} raised:\n{detail}")
     if left_out:  # the others ran and passed
-        pytest.skip(f"JAX is not installed: {', '.join(left_out)} not run")
+        pytest.skip(f"clients not installed: {', '.join(left_out)} not run")
+
+
+SCRIPT_BLOCKS = [b for p in PAGES for b in python_blocks(p) if b.is_script]
+
+
+def _run_child(
+    args: list[str], cwd: Path, timeout: float, stdin: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """A child interpreter of this checkout, without this run's backend
+    configuration (MAX_DRIVER_*, FAKE_GPU_*), with `env` added."""
+    child = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MAX_DRIVER_", "FAKE_GPU_"))
+    }
+    pp = child.get("PYTHONPATH")
+    child["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + pp if pp else "")
+    child.update(env)
+    return subprocess.run(
+        [sys.executable, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=child,
+        cwd=cwd,
+    )
+
+
+@pytest.mark.parametrize("block", SCRIPT_BLOCKS, ids=lambda b: b.where)
+def test_script_examples_run_as_files(block: Block, tmp_path: Path) -> None:
+    """A whole-program example, as a file in a fresh interpreter: the
+    spawn start method re-imports it there, so it must be one as pasted."""
+    script = tmp_path / "example.py"
+    script.write_text(block.code, encoding="utf-8")
+    result = _run_child([str(script)], tmp_path, 180)
+    assert result.returncode == 0, (
+        f"the script at {block.where} failed (exit {result.returncode}):\n"
+        f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    )
+    assert "Warning" not in result.stderr, result.stderr
 
 
 # --------------------------------------------------------------------------
@@ -162,24 +224,14 @@ GPU_PAGES = [p for p in PAGES if any(b.needs_accelerator for b in python_blocks(
 def test_accelerator_examples_run(page: Path, fake_cuda: Path) -> None:
     """The page's ``# requires: accelerator`` blocks on the fake CUDA driver."""
     blocks = [b for b in python_blocks(page) if b.needs_accelerator]
-    env = dict(os.environ)
-    for key in [k for k in env if k.startswith(("MAX_DRIVER_", "FAKE_GPU_"))]:
-        del env[key]
-    pp = env.get("PYTHONPATH")
-    env.update(
-        PYTHONPATH=str(REPO_ROOT) + (os.pathsep + pp if pp else ""),
+    result = _run_child(
+        ["-c", _RUNNER],
+        REPO_ROOT,
+        120,
+        stdin=json.dumps([[b.where, b.code] for b in blocks]),
         MAX_DRIVER_BACKEND="cuda",
         MAX_DRIVER_CUDA_LIBRARY=str(fake_cuda),
         PYTHONUNBUFFERED="1",
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", _RUNNER],
-        input=json.dumps([[b.where, b.code] for b in blocks]),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=REPO_ROOT,
     )
     assert result.returncode == 0, (
         f"accelerator examples of docs/{page.name} failed "
@@ -221,6 +273,9 @@ _PROTOCOL_DUNDERS = {
     "__getitem__",
     "__setitem__",
     "__delitem__",
+    "__await__",
+    "__buffer__",  # Python 3.12+ show the buffer protocol as these two
+    "__release_buffer__",
 }
 
 

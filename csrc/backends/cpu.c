@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "pool.h"
+#include "watch_backend.h"
 
 /* How often a queue gated on a flag re-reads the slot even without a
  * signal() (the slot may be written through its address, e.g. by ctypes). */
@@ -79,6 +80,10 @@ struct cpu_queue {
     _Atomic uint64_t submitted;
     _Atomic uint64_t completed;
     mxd_notifier done; /* notified whenever `completed` moves */
+    /* Armed watches (cpu_watch.inc), in ticket order, under mu; `watched`
+     * counts them, so that completing a ticket costs one load without. */
+    mxd_watch *watch_head, *watch_tail;
+    atomic_long watched;
 };
 
 typedef struct cpu_event {
@@ -247,10 +252,15 @@ static cpu_item *pop_item(cpu_queue *q)
     return item;
 }
 
+static void fire_watches(cpu_queue *q);
+
 static void complete(cpu_queue *q, uint64_t ticket)
 {
     atomic_store(&q->completed, ticket);
     mxd_notify_all(&q->done);
+    /* Sequentially consistent, like the store: pairs with arm_at. */
+    if (atomic_load(&q->watched))
+        fire_watches(q);
 }
 
 static void drain(mxd_job *job)
@@ -379,6 +389,7 @@ static mxd_status cpu_queue_create(mxd_device *dev, mxd_queue **out,
     q->drain.run = drain;
     atomic_init(&q->submitted, 0);
     atomic_init(&q->completed, 0);
+    atomic_init(&q->watched, 0);
     *out = &q->base;
     return MXD_OK;
 }
@@ -834,6 +845,7 @@ static mxd_status cpu_features(const mxd_device *dev, mxd_device_features *out,
 }
 
 #include "cpu_memory.inc"
+#include "cpu_watch.inc"
 
 static bool cpu_runs_host_fn_of(const mxd_queue *q)
 {
@@ -878,4 +890,6 @@ const mxd_backend mxd_cpu_backend = {
     .memory_free = cpu_memory_free,
     .copy = cpu_copy,
     .fill = cpu_fill,
+    .watch_arm = cpu_watch_arm,
+    .watch_cancel = cpu_watch_cancel,
 };

@@ -17,6 +17,7 @@
 #include "mxd.h"
 #include "sync.h"
 #include "trace.h"
+#include "watch.h"
 
 typedef struct mxd_backend mxd_backend;
 
@@ -204,6 +205,16 @@ struct mxd_backend {
     mxd_status (*host_write)(const mxd_view *dst, const mxd_copy_plan *plan,
                              const void *src, const mxd_wait *wait,
                              mxd_trace_note *note, mxd_error *err);
+
+    /* Watches (watch.h).  Optional: NULL makes watch.c's watcher thread
+     * poll the point's event.  Arms w on the point ev is recorded at now,
+     * or (ev NULL) on the current end of q, or (both NULL) on the point of
+     * w->completion, and fires it from the thread that completes that
+     * point; *armed false when it is complete already. */
+    mxd_status (*watch_arm)(mxd_watch *w, mxd_queue *q, mxd_event *ev,
+                            bool *armed, mxd_error *err);
+    /* Disarms a watch watch_arm armed: true when it had not fired. */
+    bool (*watch_cancel)(mxd_watch *w);
 };
 
 extern const mxd_backend mxd_cpu_backend;
@@ -273,6 +284,9 @@ void mxd_devices_fork_child(void);
 void mxd_selection_fork_prepare(void);
 void mxd_selection_fork_parent(void);
 void mxd_selection_fork_child(void);
+void mxd_watch_fork_prepare(void);
+void mxd_watch_fork_parent(void);
+void mxd_watch_fork_child(void);
 
 /* ---- Memory (memory.c) -------------------------------------------------- */
 

@@ -18,12 +18,14 @@ static void before_fork(void)
     mxd_selection_fork_prepare();
     mxd_virtual_fork_prepare();
     mxd_devices_fork_prepare();
+    mxd_watch_fork_prepare(); /* before the pool: it submits jobs to it */
     mxd_pool_fork_prepare();
 }
 
 static void after_fork_parent(void)
 {
     mxd_pool_fork_parent();
+    mxd_watch_fork_parent();
     mxd_devices_fork_parent();
     mxd_virtual_fork_parent();
     mxd_selection_fork_parent();
@@ -33,6 +35,7 @@ static void after_fork_child(void)
 {
     atomic_fetch_add(&mxd_process_epoch, 1);
     mxd_pool_fork_child();
+    mxd_watch_fork_child();
     mxd_devices_fork_child();
     mxd_virtual_fork_child();
     mxd_selection_fork_child();

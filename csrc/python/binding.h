@@ -15,6 +15,7 @@
 #include "dtype.h"
 #include "memory.h"
 #include "mxd.h"
+#include "watch.h"
 
 /* ---- Module state ------------------------------------------------------- */
 
@@ -48,6 +49,19 @@ enum {
     BUFFER_USAGES = 4,
 };
 
+/* What `await` needs (awaitable.c): asyncio's objects, looked up by the
+ * first await (importing max.driver never imports asyncio), and the
+ * waker of each event loop. */
+typedef struct binding_async {
+    PyTypeObject *waker_type;  /* one per event loop */
+    PyTypeObject *waiter_type; /* one per pending await */
+    PyObject *get_running_loop;
+    PyObject *wakers;     /* weakref.WeakKeyDictionary: loop -> waker */
+    PyObject *last_loop;  /* a weak reference: the loop of the last await */
+    PyObject *last_waker; /* and its waker */
+    PyObject *names[8];   /* interned method names (awaitable.c) */
+} binding_async;
+
 /* Per-module-object state: the heap types and the cached Device objects
  * (so that CPU() is CPU() and queue.device is the same object). */
 typedef struct binding_state {
@@ -75,6 +89,7 @@ typedef struct binding_state {
     /* Virtual accelerators by core device address (virtual device mode). */
     PyObject *virtual_devices;
     binding_bridge bridge;
+    binding_async async;
 } binding_state;
 
 /* ---- Buffers (buffer.c, buffer_view.c, buffer_copy.c, dlpack.c) --------- */
@@ -220,6 +235,45 @@ PyObject *binding_to_numpy(PyObject *self, PyObject *unused);
 PyObject *binding_import_numpy(const char *what);
 int binding_bridge_traverse(binding_bridge *b, visitproc visit, void *arg);
 void binding_bridge_clear(binding_bridge *b);
+
+/* ---- Python protocols (SPEC §15) ---------------------------------------- */
+
+/* The buffer protocol of Buffer (buffer_protocol.c). */
+int binding_buffer_getbuffer(PyObject *self, Py_buffer *view, int flags);
+void binding_buffer_releasebuffer(PyObject *self, Py_buffer *view);
+
+/* Pickling (pickling.c): Buffer.__reduce_ex__, the function pickles call
+ * to rebuild a Buffer, and the __reduce_ex__ of the types that cannot be
+ * pickled (queues, events, flags: resources of one process). */
+PyObject *binding_buffer_reduce_ex(PyObject *self, PyObject *protocol);
+PyObject *binding_rebuild_buffer(PyObject *module, PyObject *const *args,
+                                 Py_ssize_t nargs);
+PyObject *binding_refuse_pickle(PyObject *self, PyObject *protocol);
+
+/* asyncio (awaitable.c).  An awaitable type's am_await calls
+ * binding_await with two functions of its own: `start` arms a core watch
+ * (watch.h) on what the object completes, giving `fn` and `ctx` to the
+ * core (or sets *out to NULL when that is complete already); `outcome`
+ * turns the watch's result into the value of the await (a new reference)
+ * or raises (NULL).  binding_await returns the iterator `await` drives
+ * (an asyncio future's), or NULL with RuntimeError outside a running
+ * event loop. */
+typedef mxd_status (*binding_watch_start)(PyObject *owner, mxd_watch_fn fn,
+                                          void *ctx, mxd_watch **out,
+                                          mxd_error *err);
+typedef PyObject *(*binding_await_outcome)(PyObject *owner, mxd_status status,
+                                           const mxd_error *err);
+PyObject *binding_await(PyObject *owner, binding_watch_start start,
+                        binding_await_outcome outcome);
+/* The outcome of a wait as synchronize() reports it: None, or ValueError
+ * for a driver error. */
+PyObject *binding_await_outcome_sync(PyObject *owner, mxd_status status,
+                                     const mxd_error *err);
+int binding_add_async_types(PyObject *module, binding_state *st);
+int binding_async_traverse(binding_async *a, visitproc visit, void *arg);
+void binding_async_clear(binding_async *a);
+/* _async_stats(): what is armed and pending (tests). */
+PyObject *binding_async_stats(PyObject *module, PyObject *unused);
 
 extern PyModuleDef binding_module_def;
 

@@ -929,6 +929,13 @@ static PyMethodDef buffer_methods[] = {
      BINDING_DOC("_aligned", "($self, /, alignment=None)",
                  "Whether _data_ptr() is a multiple of `alignment` (default "
                  "dtype.align).")},
+    {"__reduce_ex__", binding_buffer_reduce_ex, METH_O,
+     BINDING_DOC("__reduce_ex__", "($self, protocol, /)",
+                 "Pickles the dtype, shape and values (a view as a "
+                 "contiguous copy). Protocol 5 hands host memory out of band "
+                 "without copying it (pickle.PickleBuffer); older protocols "
+                 "copy. An accelerator buffer unpickles onto Accelerator(id) "
+                 "of the receiving process.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -954,6 +961,8 @@ static PyType_Slot buffer_slots[] = {
     {Py_tp_getset, buffer_getset},
     {Py_mp_subscript, binding_buffer_subscript},
     {Py_mp_ass_subscript, binding_buffer_ass_subscript},
+    {Py_bf_getbuffer, binding_buffer_getbuffer},
+    {Py_bf_releasebuffer, binding_buffer_releasebuffer},
     {0, NULL},
 };
 

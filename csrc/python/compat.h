@@ -75,4 +75,53 @@ static inline Py_hash_t compat_hash_pointer(const void *ptr)
     return hash == -1 ? -2 : hash;
 }
 
+/* The exception being raised, taken out of the thread state (a new
+ * reference to the instance; NULL when none is set). */
+static inline PyObject *compat_take_exception(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (type == NULL)
+        return NULL;
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+#endif
+}
+
+/* Raises `exc` (an instance, or NULL for nothing) again, stealing the
+ * reference: the inverse of compat_take_exception. */
+static inline void compat_restore_exception(PyObject *exc)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    if (exc == NULL)
+        return;
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc,
+                  PyException_GetTraceback(exc));
+#endif
+}
+
+/* The object a weak reference points to, as a new reference, or NULL
+ * (no exception) when it is gone. */
+static inline PyObject *compat_weakref_get(PyObject *ref)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *obj = NULL;
+    if (PyWeakref_GetRef(ref, &obj) < 0)
+        PyErr_Clear();
+    return obj;
+#else
+    PyObject *obj = PyWeakref_GetObject(ref);
+    return obj == Py_None ? NULL : Py_NewRef(obj);
+#endif
+}
+
 #endif /* MXD_BINDING_COMPAT_H */

@@ -1,6 +1,7 @@
 /* HostHazardCompletion: a point in one queue's order that buffers' hazard
  * records can hold (SPEC §12.6, MAX's name), and HostHazardError. */
 #include "binding.h"
+#include "watch.h"
 
 static mxd_completion *completion_of(PyObject *self)
 {
@@ -140,14 +141,37 @@ static PyObject *completion_poison(PyObject *self, PyObject *message)
     Py_RETURN_NONE;
 }
 
-/* A point in one process's queue cannot travel to another process. */
-static PyObject *completion_reduce_ex(PyObject *self, PyObject *protocol)
+/* ---- await (SPEC §15) --------------------------------------------------- */
+
+static mxd_status completion_watch_start(PyObject *owner, mxd_watch_fn fn,
+                                         void *ctx, mxd_watch **out,
+                                         mxd_error *err)
 {
-    (void)protocol;
-    return PyErr_Format(PyExc_TypeError,
-                        "cannot pickle '%.100s' object: a completion is a "
-                        "point in a queue of this process",
-                        Py_TYPE(self)->tp_name);
+    mxd_completion *c = completion_of(owner);
+    if (c == NULL) {
+        *out = NULL;
+        return MXD_OK; /* the outcome raises */
+    }
+    return mxd_watch_completion(c, fn, ctx, out, err);
+}
+
+/* As wait(): HostHazardError when poisoned (also when it became poisoned
+ * while awaited), else synchronize()'s outcome. */
+static PyObject *completion_outcome(PyObject *owner, mxd_status status,
+                                    const mxd_error *err)
+{
+    mxd_completion *c = checked(owner);
+    if (c == NULL)
+        return NULL;
+    const char *poison = mxd_completion_poison_message(c);
+    if (poison)
+        return PyErr_Format(binding_hazard_error(), "%s", poison);
+    return binding_await_outcome_sync(owner, status, err);
+}
+
+static PyObject *completion_await(PyObject *self)
+{
+    return binding_await(self, completion_watch_start, completion_outcome);
 }
 
 static PyObject *completion_repr(PyObject *self)
@@ -215,7 +239,7 @@ static PyMethodDef completion_methods[] = {
                  "waits for it (and host access to memory whose record holds "
                  "it) raise HostHazardError(message). The first poison's "
                  "message stays.")},
-    {"__reduce_ex__", completion_reduce_ex, METH_O,
+    {"__reduce_ex__", binding_refuse_pickle, METH_O,
      BINDING_DOC("__reduce_ex__", "($self, protocol, /)",
                  "Refused: a completion belongs to one process.")},
     {NULL, NULL, 0, NULL},
@@ -231,6 +255,7 @@ static PyType_Slot completion_slots[] = {
     {Py_tp_dealloc, completion_dealloc},
     {Py_tp_repr, completion_repr},
     {Py_tp_methods, completion_methods},
+    {Py_am_await, completion_await},
     {0, NULL},
 };
 

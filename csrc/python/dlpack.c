@@ -456,14 +456,23 @@ static int order_consumer(BufferObject *b, const dlpack_request *r)
     return binding_buffer_host_wait(b);
 }
 
-/* The dtype a consumer sees: the float8/6/4 type codes and sub-byte
- * padding are DLPack 1.1; older consumers cannot be told them. */
-static int check_exportable(const mxd_dtype_info *info, int minor)
+/* The dtype a consumer sees: the float8/6/4 type codes and the sub-byte
+ * padding flag are DLPack 1.1's.  A versioned capsule carries them for any
+ * consumer of DLPack 1.x, stamped 1.1 (as PyTorch exports them to a
+ * consumer asking for (1, 0), stamping its own version: the array API
+ * lets a producer answer with another version, which the consumer
+ * checks); the legacy capsule has no flags and predates the codes. */
+static int exportable_minor(const mxd_dtype_info *info, int *minor)
 {
-    if (minor >= 1 || info->dlpack_code <= MXD_DL_BOOL)
+    if (info->dlpack_code <= MXD_DL_BOOL)
         return 0;
-    return buffer_error("__dlpack__(): %s has no type code before DLPack "
-                        "1.1; ask for max_version=(1, 1)",
+    if (*minor >= 0) {
+        *minor = *minor > 1 ? *minor : 1;
+        return 0;
+    }
+    return buffer_error("__dlpack__(): %s has no type code in the legacy "
+                        "DLPack capsule; ask for a versioned one "
+                        "(max_version=(1, 0) or later)",
                         info->name);
 }
 
@@ -481,7 +490,7 @@ PyObject *binding_buffer_dlpack(PyObject *self, PyObject *const *args,
                             "__dlpack__(): a device buffer can reach the CPU "
                             "only as a copy, and copy=False forbids one"),
                NULL;
-    if (check_exportable(buffer_dtype(b), r.minor) < 0)
+    if (exportable_minor(buffer_dtype(b), &r.minor) < 0)
         return NULL;
     if (need_copy) {
         /* As the array API: on the device __dlpack_device__ names unless

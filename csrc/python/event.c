@@ -114,6 +114,19 @@ static PyObject *event_elapsed_time(PyObject *self, PyObject *const *args,
     return PyFloat_FromDouble(ms);
 }
 
+/* ---- await (SPEC §15) --------------------------------------------------- */
+
+static mxd_status event_watch_start(PyObject *owner, mxd_watch_fn fn, void *ctx,
+                                    mxd_watch **out, mxd_error *err)
+{
+    return mxd_watch_event(event_of(owner), fn, ctx, out, err);
+}
+
+static PyObject *event_await(PyObject *self)
+{
+    return binding_await(self, event_watch_start, binding_await_outcome_sync);
+}
+
 static PyMethodDef event_methods[] = {
     {"synchronize", (PyCFunction)(void (*)(void))event_synchronize,
      METH_FASTCALL | METH_KEYWORDS,
@@ -131,6 +144,9 @@ static PyMethodDef event_methods[] = {
                  "Milliseconds (float) from this event to `end_event`; both "
                  "need enable_timing=True and must be complete "
                  "(RuntimeError otherwise).")},
+    {"__reduce_ex__", binding_refuse_pickle, METH_O,
+     BINDING_DOC("__reduce_ex__", "($self, protocol, /)",
+                 "Raises TypeError: an event is a resource of one process.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -172,7 +188,10 @@ static PyType_Slot event_slots[] = {
     {Py_tp_doc,
      BINDING_DOC("DeviceEvent", "(device, enable_timing=False)",
                  "A new, unrecorded event on `device`; record it with "
-                 "DeviceQueue.record_event(event).")},
+                 "DeviceQueue.record_event(event).\n\n"
+                 "Awaitable in asyncio: `await event` completes when the "
+                 "recorded point is complete (at once when unrecorded), "
+                 "without blocking the event loop.")},
     {Py_tp_new, event_tp_new},
     {Py_tp_dealloc, event_dealloc},
     {Py_tp_repr, event_repr},
@@ -180,6 +199,7 @@ static PyType_Slot event_slots[] = {
     {Py_tp_richcompare, event_richcompare},
     {Py_tp_methods, event_methods},
     {Py_tp_getset, event_getset},
+    {Py_am_await, event_await},
     {0, NULL},
 };
 

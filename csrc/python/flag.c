@@ -100,6 +100,9 @@ static PyMethodDef flag_methods[] = {
                  "The current value (acquire-ordered load).")},
     {"reset", flag_reset, METH_NOARGS,
      BINDING_DOC("reset", "($self, /)", "Stores 0.")},
+    {"__reduce_ex__", binding_refuse_pickle, METH_O,
+     BINDING_DOC("__reduce_ex__", "($self, protocol, /)",
+                 "Raises TypeError: a flag is a resource of one process.")},
     {NULL, NULL, 0, NULL},
 };
 

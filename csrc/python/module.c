@@ -107,6 +107,16 @@ static PyMethodDef module_methods[] = {
                  "(count, last message) of the driver destroys and frees "
                  "that failed on the core's cleanup thread, where no "
                  "exception can reach anyone.")},
+    {"_rebuild_buffer", (PyCFunction)(void (*)(void))binding_rebuild_buffer,
+     METH_FASTCALL,
+     BINDING_DOC("_rebuild_buffer", "(data, dtype, shape, device, pinned, /)",
+                 "Rebuilds a pickled Buffer: what Buffer.__reduce_ex__ "
+                 "names, not for direct use.")},
+    {"_async_stats", binding_async_stats, METH_NOARGS,
+     BINDING_DOC("_async_stats", "()",
+                 "What awaits have armed and left: a dict with "
+                 "armed_watches, waiters, event_loops and watcher_thread "
+                 "(for tests).")},
     {"__unsafe_pack_py_host_func",
      (PyCFunction)(void (*)(void))binding_pack_host_fn,
      METH_FASTCALL | METH_KEYWORDS,
@@ -197,7 +207,7 @@ static int module_exec(PyObject *module)
         binding_add_buffer_types(module, st) < 0 ||
         binding_add_trace_type(module, st) < 0 ||
         PyModule_AddFunctions(module, binding_virtual_functions) < 0 ||
-        register_atexit(module) < 0)
+        binding_add_async_types(module, st) < 0 || register_atexit(module) < 0)
         return -1;
     return 0;
 }
@@ -230,6 +240,8 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->cpu);
     Py_VISIT(st->virtual_devices);
     int visited = binding_bridge_traverse(&st->bridge, visit, arg);
+    if (visited == 0)
+        visited = binding_async_traverse(&st->async, visit, arg);
     if (visited != 0)
         return visited;
     for (int i = 0; st->accelerators != NULL && i < st->accelerator_count; i++)
@@ -247,6 +259,7 @@ static int module_clear(PyObject *module)
     Py_CLEAR(st->cpu);
     Py_CLEAR(st->virtual_devices);
     binding_bridge_clear(&st->bridge);
+    binding_async_clear(&st->async);
     Py_CLEAR(st->device_type);
     Py_CLEAR(st->cpu_type);
     Py_CLEAR(st->accelerator_type);

@@ -349,6 +349,25 @@ static PyObject *queue_context_ptr(PyObject *self, PyObject *unused)
     return PyLong_FromVoidPtr(queue_of(self));
 }
 
+/* ---- await (SPEC §15) --------------------------------------------------- */
+
+/* On an accelerator the watch records an event on the queue's stream: an
+ * enqueue, which may block (BINDING_ENQUEUE); the watch's function touches
+ * no Python object, so it may fire meanwhile. */
+static mxd_status queue_watch_start(PyObject *owner, mxd_watch_fn fn, void *ctx,
+                                    mxd_watch **out, mxd_error *err)
+{
+    mxd_queue *queue = queue_of(owner);
+    mxd_status status;
+    BINDING_ENQUEUE(queue, status = mxd_watch_queue(queue, fn, ctx, out, err));
+    return status;
+}
+
+static PyObject *queue_await(PyObject *self)
+{
+    return binding_await(self, queue_watch_start, binding_await_outcome_sync);
+}
+
 #define FASTCALL_KW(fn) (PyCFunction)(void (*)(void))(fn)
 
 static PyMethodDef queue_methods[] = {
@@ -401,6 +420,9 @@ static PyMethodDef queue_methods[] = {
     {"_device_context_ptr", queue_context_ptr, METH_NOARGS,
      BINDING_DOC("_device_context_ptr", "($self, /)",
                  "An int identifying the native queue.")},
+    {"__reduce_ex__", binding_refuse_pickle, METH_O,
+     BINDING_DOC("__reduce_ex__", "($self, protocol, /)",
+                 "Raises TypeError: a queue is a resource of one process.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -427,8 +449,12 @@ static PyObject *queue_repr(PyObject *self)
 }
 
 static PyType_Slot queue_slots[] = {
-    {Py_tp_doc, BINDING_DOC("DeviceQueue", "(device)",
-                            "A new in-order queue of work on `device`.")},
+    {Py_tp_doc,
+     BINDING_DOC("DeviceQueue", "(device)",
+                 "A new in-order queue of work on `device`.\n\n"
+                 "Awaitable in asyncio: `await queue` completes when "
+                 "everything enqueued before the await is complete, without "
+                 "blocking the event loop.")},
     {Py_tp_new, queue_tp_new},
     {Py_tp_dealloc, queue_dealloc},
     {Py_tp_repr, queue_repr},
@@ -436,6 +462,7 @@ static PyType_Slot queue_slots[] = {
     {Py_tp_richcompare, queue_richcompare},
     {Py_tp_methods, queue_methods},
     {Py_tp_getset, queue_getset},
+    {Py_am_await, queue_await},
     {0, NULL},
 };
 
