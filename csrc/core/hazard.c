@@ -510,11 +510,15 @@ void mxd_hazard_visit(mxd_memory *m, void (*visit)(mxd_completion *c,
 }
 
 /* Entries a write stamp of c supersedes: complete ones, and those of c's
- * queue (c is at its end, after them). */
-static bool not_superseded(mxd_completion *e, const void *c)
+ * queue up to c's point.  An entry of c's queue noted after c was recorded
+ * (an operation enqueued between record_on and the stamp) is after c, so
+ * it stays. */
+static bool not_superseded(mxd_completion *e, const void *arg)
 {
-    return e->queue != ((const mxd_completion *)c)->queue &&
-           !mxd_completion_known_done(e);
+    const mxd_completion *c = arg;
+    if (e->queue == c->queue && e->seq <= c->seq)
+        return false;
+    return !mxd_completion_known_done(e);
 }
 
 void mxd_memory_stamp(mxd_memory *m, mxd_completion *c, bool write)
