@@ -19,27 +19,36 @@ is skipped (the compiler tries the next one).  So conflicting accesses are
 ordered as the program issues them, and the value each read must see is
 simply the last one written before it in program order.
 
-The ordering edges are SPEC §12.6's:
+The ordering edges are SPEC §12.6's hazard records.  Every storage (an
+allocation, shared by its views and ``to(stream)`` aliases) has a record:
+the nodes of its last write and of the reads since.  An operation that
+reads a storage runs after its last write; one that writes it, after its
+last write and every read since; it then becomes a read or the last write
+in the record.  Nothing else orders buffer work:
 
-- a copy runs after everything enqueued on either queue before it and
-  everything enqueued afterwards on either queue runs after it: one node on
-  both queues (``enqueued``), except that
-- a pageable source is read when the call returns, after the call waited
-  for the source's queue: a host point; the destination is written by a
-  node on its queue after that point, which the source's queue joins
-  (``staged``); and
+- a copy is one node on the destination's queue (after what is enqueued
+  there so far, and after the records) (``enqueued``), except that
+- a pageable source is read during the call, a host point after the
+  source's last write; the destination is written by a node on its queue
+  after that point and its record (``staged``); and
 - a copy into pageable memory from an accelerator is complete on return:
-  one host point after both queues (``complete``);
-- host reads and writes (``to_numpy``, ``item``, ``buf[i] = v``) are host
-  points after the buffer's queue, except ``to_numpy`` of pinned memory,
-  which aliases without waiting, and except the joins copies left at the
-  end of a CPU queue (``join`` nodes): they order the queue's later work
-  but touch no memory, so host access (a copy's read of its pageable
-  source included) does not wait for them;
+  one host point after the destination's queue so far and both records
+  (``complete``);
+- host reads (``to_numpy``, ``item``) are host points after the last
+  write, host writes (``buf[i] = v``) after the last write and the reads;
 - ``Buffer.zeros`` fills in the order of the buffer's queue
-  (``DevicePinnedBuffer.zeros`` on return, on the host); an allocation of
-  device memory is in the order of its queue;
-- ``buf.to(stream)`` of the same device: ``stream`` waits for ``buf.stream``.
+  (``DevicePinnedBuffer.zeros`` on return, on the host); device memory is
+  allocated in the order of its queue (its record's first write);
+- ``buf.to(stream)`` of the same device shares the record and waits for
+  nothing;
+- untracked storage (``DevicePinnedBuffer``) has no record: a copy reading
+  it waits for its buffer's queue so far, a write into it for nothing but
+  the destination's queue, ``to_numpy`` for nothing and ``item`` for the
+  buffer's queue.
+
+Host functions, which read and write NumPy aliases, are in no record:
+they are ordered by their queues only, and the compiler places them only
+where that orders them against every conflicting access.
 
 A host point (``Model.host_point``) is a moment of the issuing thread:
 everything enqueued after it runs after it.
@@ -47,7 +56,7 @@ everything enqueued after it runs after it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -73,8 +82,13 @@ GPU1_QUEUES = ("g0", "g1")
 @dataclass
 class Storage:
     kind: str
+    tracked: bool  # False: untracked (DevicePinnedBuffer), no record
     values: list  # per element: the value the model says it holds (None: unknown)
     access: list  # per element: [(node, is_write)] since the last write
+    # The hazard record (SPEC §12.6): the nodes of the last write and of the
+    # reads since.
+    writes: list = field(default_factory=list)
+    reads: list = field(default_factory=list)
 
 
 @dataclass
@@ -108,8 +122,6 @@ class BufferCompiler:
             self.kinds += ["dev", "pin"] + (["dev1"] if second else [])
         self.accelerator = accelerator
         self.second = second
-        # join node -> the node its queue had before it (accessof)
-        self.before_join = {}
         self.storages: list[Storage] = []
         self.views: dict[int, View] = {}  # buffer id -> what it views
         self.live_b: list[int] = []
@@ -137,28 +149,43 @@ class BufferCompiler:
     def lastof(self, q):
         return self.last.setdefault(q, None)
 
-    def accessof(self, q):
-        """What host access to q's memory waits for: its last node that is
-        not one of the joins at its end."""
-        n = self.lastof(q)
-        while n in self.before_join:
-            n = self.before_join[n]
-        return n
+    def completes(self, q):
+        return self.all_complete([self.lastof(q)])
 
-    def join(self, q, copy):
-        """q (a pageable source's queue) joins ``copy``: its later work runs
-        after it, host access to its memory does not wait for it."""
-        before = self.lastof(q)
-        self.before_join[self.push(q, "join", [copy])] = before
-
-    def completes(self, q, access=False):
-        n = self.accessof(q) if access else self.lastof(q)
-        return n is None or self.m.completes(n)
+    def all_complete(self, nodes):
+        """True when none of ``nodes`` waits for good (a host wait for them
+        returns)."""
+        return all(n is None or self.m.completes(n) for n in nodes)
 
     def push(self, q, kind, extra=(), label=None):
         n = self.m.add(kind, [self.lastof(q), *extra], label, q)
         self.last[q] = n
         return n
+
+    # Hazard records ---------------------------------------------------------
+    def read_waits(self, v, host_alias=False):
+        """What a read of view ``v`` waits for: its storage's last write;
+        untracked, its buffer's queue so far (``host_alias``: a NumPy alias
+        of untracked memory, nothing)."""
+        st = self.storages[v.sid]
+        if st.tracked:
+            return list(st.writes)
+        return [] if host_alias else [self.lastof(v.q)]
+
+    def write_waits(self, v):
+        """What a write into view ``v`` waits for: the last write and every
+        read since (untracked: nothing)."""
+        st = self.storages[v.sid]
+        return list(st.writes) + list(st.reads) if st.tracked else []
+
+    def note(self, read_sid, write_sid, node):
+        """An operation at ``node`` read one storage and wrote another
+        (either may be None)."""
+        if write_sid is not None:
+            st = self.storages[write_sid]
+            st.writes, st.reads = [node], []
+        if read_sid is not None and read_sid != write_sid:
+            self.storages[read_sid].reads.append(node)
 
     # Accesses --------------------------------------------------------------
     def ancestors(self, preds):
@@ -256,28 +283,25 @@ class BufferCompiler:
         Initialisations: ``zeros`` (``Buffer.zeros``: filled in the queue's
         order; with the variant, pinned memory through
         ``DevicePinnedBuffer.zeros``, zero on return); ``empty``
-        (uninitialised: values unknown); ``numpy`` (fresh values: on the
-        CPU ``Buffer.from_numpy``, bound to the CPU's default queue, its
-        array an alias; device memory ``Buffer.from_numpy(...).copy(q)``,
-        written in q's order; pinned memory ``DevicePinnedBuffer.zeros``
-        written through its ``to_numpy`` alias at once)."""
+        (uninitialised: values unknown; device memory is born in its
+        queue's order); ``numpy`` (fresh values: on the CPU
+        ``Buffer.from_numpy``, bound to the CPU's default queue, its array
+        an alias; device memory ``Buffer.from_numpy(...).copy(q)``, written
+        in q's order; pinned memory ``DevicePinnedBuffer.zeros`` written
+        through its ``to_numpy`` alias at once).  Pinned memory made by
+        ``DevicePinnedBuffer`` is untracked; ``Buffer.zeros(...,
+        usage=STAGING)`` is tracked."""
         if len(self.live_b) >= MAX_BUFFERS:
             return None
         kind = self.kinds[b % len(self.kinds)]
         n = 2 + c % 7
         init = ("zeros", "numpy", "zeros", "empty", "numpy")[(c >> 3) % 5]
         variant = bool((c >> 5) & 1)  # cpu: usage STAGING; pin: on the host
-        if (
-            init == "numpy"
-            and kind in ("dev", "dev1")
-            and not self.completes(self.cpu_default_queue(), access=True)
-        ):
-            init = "zeros"  # the copy from the NumPy buffer would wait for good
         if init == "numpy" and kind == "cpu":
             q = self.cpu_default_queue()
         else:
-            # Mostly on a queue that is not blocked for good (a source on a
-            # blocked queue cannot be copied from: the call would wait).
+            # Mostly on a queue that is not blocked for good (a fill behind
+            # a held function keeps the buffer's record pending).
             qs = _rotated(self.queues_for(kind), a)
             free = [q for q in qs if self.completes(q)]
             q = free[0] if free and not b & 4 else qs[0]
@@ -285,19 +309,15 @@ class BufferCompiler:
             values = [self.fresh() for _ in range(n)]
         else:
             values = [0 if init == "zeros" else None] * n
+        untracked = kind == "pin" and (init != "zeros" or variant)
         sid = len(self.storages)
-        self.storages.append(Storage(kind, [None] * n, [[] for _ in range(n)]))
-        on_host = (kind == "pin" and (init != "zeros" or variant)) or (
-            kind == "cpu" and init != "zeros"
+        self.storages.append(
+            Storage(kind, not untracked, [None] * n, [[] for _ in range(n)])
         )
-        if init == "numpy" and kind in ("dev", "dev1"):
-            # The NumPy buffer's queue is waited for; the new buffer written
-            # in the order of its queue; the NumPy buffer's queue joins.
-            self.m.host_point([self.accessof(self.cpu_default_queue())])
+        on_host = untracked or (kind == "cpu" and init != "zeros")
         node = self.m.host_point([]) if on_host else self.push(q, "fill")
-        if init == "numpy" and kind in ("dev", "dev1"):
-            self.join(self.cpu_default_queue(), node)
         self.write(sid, range(n), node, values)
+        self.note(None, sid, node)
         bid = self.new_buffer(View(sid, 0, n, q))
         args = {
             "b": bid,
@@ -332,7 +352,7 @@ class BufferCompiler:
             if not targets:
                 continue
             q = _rotated(targets, b)[0]
-            self.push(q, "wait", [self.lastof(v.q)])
+            # The same storage and record: no wait (SPEC §12.6).
             nb = self.new_buffer(View(v.sid, v.off, v.n, q))
             return {"b": bid, "new": nb, "q": q}
         return None
@@ -348,11 +368,12 @@ class BufferCompiler:
         """``dst.inplace_copy_from(src)`` of two live buffers (or equally
         long sub-views; c: their offsets).  Bits 8-11 of c add host
         functions that make a copy running too early or too late show in
-        the data: first a slow (2) or held (4) one on one queue of the copy
-        (bit 1 picks the source's, for enqueued copies), then (8) one on the
-        other queue; each reads an alias of the destination or, on the
-        source's queue, writes an alias of the source, where that is
-        race-free (else it is a plain host function)."""
+        the data: first a slow (2) or held (4) one on a queue the copy runs
+        after (the destination's; bit 1 picks the source's for an enqueued
+        copy from untracked memory, which waits for its queue), then (8)
+        one on the other queue; each reads an alias of the destination or
+        writes an alias of the source, where that is race-free (else it is
+        a plain host function)."""
         live = self.live_b
         pairs = [(d, s) for d in live for s in live if d != s]
         for d, s in _rotated(pairs, a * 8 + b):
@@ -374,24 +395,26 @@ class BufferCompiler:
             return None  # overlapping: not a case the SPEC orders
         dside = SIDE[self.storages[D.sid].kind]
         sside = SIDE[self.storages[S.sid].kind]
-        ls, ld = self.lastof(S.q), self.lastof(D.q)
+        ld = self.lastof(D.q)
+        rw, ww = self.read_waits(S), self.write_waits(D)
         if sside == "pageable":
-            # Read when the call returns, after waiting for the source.
+            # Read during the call, after the source's last write; written
+            # in the destination queue's order, after its record.
             mode = "staged"
-            if not self.completes(S.q, access=True):
+            if not self.all_complete(rw):
                 return None
-            anc_r = self.ancestors([self.accessof(S.q)])
-            anc_w = anc_r | self.ancestors([ld])
+            anc_r = self.ancestors(rw)
+            anc_w = anc_r | self.ancestors([ld, *ww])
         elif dside == "pageable":
-            # Complete on return: after the source's queue and the host
-            # access of the destination's.
+            # Complete on return: after the destination's queue so far and
+            # both records.
             mode = "complete"
-            if not (self.completes(S.q) and self.completes(D.q, access=True)):
+            if not self.all_complete([ld, *rw, *ww]):
                 return None
-            anc_r = anc_w = self.ancestors([ls, self.accessof(D.q)])
+            anc_r = anc_w = self.ancestors([ld, *rw, *ww])
         else:
             mode = "enqueued"
-            anc_r = anc_w = self.ancestors([ls, ld])
+            anc_r = anc_w = self.ancestors([ld, *rw, *ww])
         if self.races(S.sid, sr, False, anc_r) or self.races(D.sid, dr, True, anc_w):
             return None
         return mode, dr, sr
@@ -400,32 +423,32 @@ class BufferCompiler:
         mode, dr, sr = shape
         D, S = self.views[d], self.views[s]
         out = []
-        # Before the copy, never where the copy then waits for it (a source
-        # of pageable memory is waited for).
-        first = S.q if mode == "enqueued" and bits & 1 else D.q
+        # Before the copy, on a queue the copy then runs after: the
+        # destination's, or an untracked source's for an enqueued copy.
+        src_queue_first = (
+            mode == "enqueued" and bits & 1 and not self.storages[S.sid].tracked
+        )
+        first = S.q if src_queue_first else D.q
         other = D.q if first == S.q else S.q
-        # (Both on the copy's queues, so that the copy is ordered after them,
+        # (Not before a copy complete on return, which would wait for it,
         # and on queues the program still holds: a buffer may outlive its
         # queue's reference.)
-        if (
-            bits & 6
-            and mode != "complete"
-            and (first != S.q or mode == "enqueued")
-            and self.is_live(first)
-        ):
+        if bits & 6 and mode != "complete" and self.is_live(first):
             held = bool(bits & 4)
-            out.append(("host", self._around(first, D, S, sr, True, held)))
+            out.append(
+                ("host", self._around(first, D, S, sr, src_queue_first, True, held))
+            )
         out.append(("copy", self._commit_copy(d, s, mode, dr, sr)))
         if bits & 8 and other != first and self.is_live(other):
             # Not slow: if it must wait for the copy but does not, it runs
             # (and shows) before the held work is released.
-            out.append(("host", self._around(other, D, S, sr)))
+            out.append(("host", self._around(other, D, S, sr, True)))
         return out
 
-    def _around(self, q, D, S, sr, slow=False, held=False):
+    def _around(self, q, D, S, sr, may_write_src, slow=False, held=False):
         """A host function on ``q`` next to a copy from S (elements ``sr``)
-        into D: it reads an alias of D or, on S's queue, writes one of S,
-        where that is race-free; else a plain one."""
+        into D: it reads an alias of D or (``may_write_src``, on S's queue)
+        writes one of S, where that is race-free; else a plain one."""
         anc = self.ancestors([self.lastof(q)])
         for al in self.live_al:
             v = self.aliases[al]
@@ -434,7 +457,7 @@ class BufferCompiler:
                 node, args = self.host(q, slow, held)
                 args["reads"] = [(al, self.read(v.sid, idx, node))]
                 return args
-        for al in self.live_al if q == S.q else ():
+        for al in self.live_al if may_write_src and q == S.q else ():
             v = self.aliases[al]
             for i in sr:
                 if (
@@ -454,24 +477,20 @@ class BufferCompiler:
 
     def _commit_copy(self, d, s, mode, dr, sr):
         D, S = self.views[d], self.views[s]
-        ls = self.lastof(S.q)
         doff, soff, n = dr.start - D.off, sr.start - S.off, len(dr)
+        # (After the host function _emit_copy may have put first.)
+        rw, ww = self.read_waits(S), self.write_waits(D)
         if mode == "staged":
-            r = self.m.host_point([self.accessof(S.q)])
-            values = self.read(S.sid, sr, r)
-            w = self.push(D.q, "copy", [r])
-            # SPEC §12.6: everything enqueued on either queue afterwards
-            # runs after the copy, also after an upload to an accelerator.
-            if S.q != D.q:
-                self.join(S.q, w)
+            r = self.m.host_point(rw)
+            w = self.push(D.q, "copy", [r, *ww])
         elif mode == "complete":
-            r = w = self.m.host_point([ls, self.accessof(D.q)])
-            values = self.read(S.sid, sr, r)
+            r = w = self.m.host_point([self.lastof(D.q), *rw, *ww])
         else:
-            r = w = self.push(D.q, "copy", [ls])
-            self.last[S.q] = w
-            values = self.read(S.sid, sr, r)
+            r = w = self.push(D.q, "copy", [*rw, *ww])
+        values = self.read(S.sid, sr, r)
         self.write(D.sid, dr, w, values)
+        self.note(S.sid, None, r)
+        self.note(None, D.sid, w)
         return {
             "dst": d,
             "src": s,
@@ -481,51 +500,54 @@ class BufferCompiler:
         }
 
     def _bwrite(self, a, b, c):
-        """``buf[i] = v``: after the buffer's queue, complete on return."""
+        """``buf[i] = v``: after the last write and the reads since (an
+        untracked storage: nothing), complete on return."""
         for bid in _rotated(self.live_b, a):
             v = self.views[bid]
             i = b % v.n
             idx = [v.off + i]
-            lq = self.accessof(v.q)
-            if not self.completes(v.q, access=True) or self.races(
-                v.sid, idx, True, self.ancestors([lq])
+            preds = self.write_waits(v)
+            if not self.all_complete(preds) or self.races(
+                v.sid, idx, True, self.ancestors(preds)
             ):
                 continue
             value = self.fresh()
-            self.write(v.sid, idx, self.m.host_point([lq]), [value])
+            node = self.m.host_point(preds)
+            self.write(v.sid, idx, node, [value])
+            self.note(None, v.sid, node)
             return {"b": bid, "i": i, "v": value}
         return None
 
     def _bread(self, a, b, c):
-        """``buf[i].item()`` or ``buf.to_numpy()``: after the buffer's
-        queue, except ``to_numpy`` of pinned memory (no wait: only when
-        every write is already ordered before this point)."""
+        """``buf[i].item()`` or ``buf.to_numpy()``: after the last write;
+        untracked, ``item`` after the buffer's queue and ``to_numpy`` (an
+        alias) after nothing."""
         mode = "item" if c & 1 else "numpy"
         for bid in _rotated(self.live_b, a):
             v = self.views[bid]
-            waits = not (mode == "numpy" and self.kind_of(bid) == "pin")
-            preds = [self.accessof(v.q)] if waits else []
+            preds = self.read_waits(v, host_alias=mode == "numpy")
             i = b % v.n
             idx = [v.off + i] if mode == "item" else list(range(v.off, v.off + v.n))
-            if (waits and not self.completes(v.q, access=True)) or self.races(
+            if not self.all_complete(preds) or self.races(
                 v.sid, idx, False, self.ancestors(preds)
             ):
                 continue
-            expect = self.read(v.sid, idx, self.m.host_point(preds))
+            node = self.m.host_point(preds)
+            expect = self.read(v.sid, idx, node)
+            self.note(v.sid, None, node)
             return {"b": bid, "mode": mode, "i": i, "expect": expect}
         return None
 
     def _alias(self, a, b, c):
-        """A NumPy alias of CPU memory (``to_numpy`` waits for the queue) or
-        pinned memory (it does not)."""
+        """A NumPy alias of CPU or pinned memory: ``to_numpy`` waits for the
+        last write (untracked memory: for nothing)."""
         if len(self.live_al) >= MAX_ALIASES:
             return None
         for bid in _rotated(self.live_b, a):
             v = self.views[bid]
-            kind = self.kind_of(bid)
-            if kind == "pin" or (kind == "cpu" and self.completes(v.q, access=True)):
-                if kind == "cpu":
-                    self.m.host_point([self.accessof(v.q)])
+            preds = self.read_waits(v, host_alias=True)
+            if self.kind_of(bid) in ("cpu", "pin") and self.all_complete(preds):
+                self.m.host_point(preds)
                 al = self.new_alias(View(v.sid, v.off, v.n, None))
                 return {"b": bid, "al": al}
         return None

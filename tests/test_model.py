@@ -65,10 +65,11 @@ done one surviving reference of every allocation is read back.  Host points
 (``Model.host_point``) are the issuing thread's moments after its waits:
 everything enqueued later runs after them.  Copies and host functions
 placed around a copy on its queues (slow, held) make a copy that runs too
-early, or a missing edge of its join, show in the data; fixed programs
-(``test_fixed_buffer_programs``) do so deterministically, e.g. a copy into
-a buffer whose queue is held while the destination's old contents are read
-there, and the source's queue reading the copied values afterwards.
+early show in the data; fixed programs (``test_fixed_buffer_programs``) do
+so deterministically, e.g. a copy into a buffer whose queue is held while
+the destination's old contents are read there, and work that the old rule
+(copies joined their source's queue) held back: a fill on the source's
+queue that a host read then waits for.
 
 The same model runs against the fake GPU driver (CUDA and HIP) in a child
 pytest with ``MAX_DRIVER_MODEL_DEVICE=gpu``.  ``MAX_DRIVER_MODEL_EXAMPLES``
@@ -1139,15 +1140,18 @@ def test_compiled_buffer_accesses_are_race_free():
 
 
 # (kind, a, b, c) of _program; the comments say what each resolves to.
-# Pageable (CPU) memory: a copy into a buffer whose queue is held.
+# Pageable (CPU) memory: a copy into a buffer whose queue is held, and a
+# buffer on the source's queue afterwards (the issue's first program: with
+# the old rule, the source's queue joined the copy and the read hung).
 CPU_COPY_INTO_HELD = _program(
     ("queue", 0, 0, 0),  # queue 1
     ("buf", 0, 0, 8),  # b0: 3 fresh values on queue 0 (from NumPy: alias 0)
     ("buf", 1, 0, 0),  # b1: 2 zeros on queue 1
     # Held on queue 0: alias 0 still holds the fresh values; then
-    # b0[0:2] <- b1 (staged: queue 0 is held); then on queue 1, which
-    # joined the copy: alias 0 holds the copied zeros.
-    ("copy", 0, 0, (4 | 8) << 8),
+    # b0[0:2] <- b1 (staged: queue 0 is held).
+    ("copy", 0, 0, 4 << 8),
+    ("buf", 1, 0, 0),  # b2: 2 zeros on queue 1, the copy's source queue
+    ("bread", 2, 0, 0),  # b2.to_numpy(): waits for the fill only
 )
 # Accelerator memory: pinned (b0, an alias) and device memory of the model
 # accelerator and device memory of the second one.
@@ -1160,36 +1164,29 @@ GPU_PROGRAMS = {
         # Held on queue 0, reading alias 0; then the copy (enqueued).
         ("copy", 0, 0, 4 << 8),
     ),
-    # b0 <- b1 (device, queue 1) behind held work on queue 1: queue 0 (b0's)
-    # waits for the copy afterwards.
-    "destination_queue_waits_for_copy": _program(
-        ("queue", 0, 0, 0),  # queue 1
-        ("buf", 0, 2, 8),  # b0: pinned, 3 fresh values, queue 0, alias 0
-        ("buf", 1, 1, 8),  # b1: device, 3 fresh values uploaded on queue 1
-        # Held on queue 1 (reading alias 0), the copy, then on queue 0
-        # reading alias 0.
-        ("copy", 0, 0, (1 | 4 | 8) << 8),
-    ),
-    # SPEC §12.6 joins the source's queue also for a pageable source: the
-    # CPU queue's later host function reads the copied values.
-    "pageable_source_queue_joins_the_copy": _program(
+    # A pageable source's queue is not held back by an upload into a held
+    # queue (SPEC §12.6): a fill on it and a host read of that buffer
+    # complete while the upload waits.
+    "pageable_source_queue_not_held_back": _program(
         ("buf", 0, 2, 8),  # b0: pinned, 3 fresh values, queue 0, alias 0
         ("buf", 0, 0, 8),  # b1: CPU, 3 fresh values (NumPy, queue c0, alias 1)
-        # Held on queue 0 (reading alias 0), b0 <- b1 (staged), then on
-        # queue c0 reading alias 0.
-        ("copy", 0, 0, (4 | 8) << 8),
+        # Held on queue 0 (reading alias 0), then b0 <- b1 (staged).
+        ("copy", 0, 0, 4 << 8),
+        ("buf", 0, 0, 0),  # b2: CPU, 2 zeros on queue c0
+        ("bread", 2, 0, 0),  # b2.to_numpy(): waits for the fill only
     ),
-    # SPEC §12.5/12.6: a host write of device memory waits for its own
-    # queue only, not for a held host function on the CPU's default queue.
-    "device_host_write_waits_for_its_queue_only": _program(
+    # SPEC §12.5/12.6: a host write of device memory waits for its record
+    # only, not for a held host function on the CPU's default queue.
+    "device_host_write_waits_for_its_record_only": _program(
         ("buf", 0, 1, 0),  # b0: device, 2 zeros, queue 0
         ("buf", 0, 0, 8),  # b1: CPU, 3 fresh values (NumPy, queue c0, alias 0)
         ("hread", 1, 0, 16),  # held on queue c0, reading alias 0
         ("bwrite", 0, 0, 0),  # b0[0] = v
     ),
-    # b1 (second accelerator) <- b0 (pinned) waits for a held host
-    # function on b0's queue that writes b0 through its alias.
-    "peer_copy_waits_for_source_queue": _program(
+    # b1 (second accelerator) <- b0 (untracked pinned) waits for a held
+    # host function on b0's queue that writes b0 through its alias: a copy
+    # from untracked memory is ordered after its queue.
+    "untracked_source_copy_waits_for_its_queue": _program(
         ("buf", 0, 2, 8),  # b0: pinned, 3 fresh values, queue 0, alias 0
         ("buf", 0, 3, 8),  # b1: device memory of accelerator 1 (queue g0)
         # Held on queue 0, writing b0[0]; then b1 <- b0 (enqueued).
@@ -1205,20 +1202,29 @@ def _resolved(raw):
 
 @pytest.mark.skipif(DEVICE_KIND != "cpu", reason="resolves CPU buffers")
 def test_buffer_model_follows_spec_12_6():
-    """A staged copy: what the host functions around it must read, and the
-    final contents."""
+    """A staged copy into a held queue: what the host function before it
+    reads, the final contents, and the source queue's later work, which the
+    copy does not hold back."""
     plan, ops = _resolved(CPU_COPY_INTO_HELD)
     kinds = [k for k, _ in ops]
-    assert kinds == ["queue", "buf", "buf", "host", "copy", "host", "checkpoint"]
+    assert kinds == [
+        "queue", "buf", "buf", "host", "copy", "buf", "bread", "checkpoint",
+    ]  # fmt: skip
     fresh = ops[1][1]["values"]
-    before, copy, after = ops[3][1], ops[4][1], ops[5][1]
+    before, copy, later, read = ops[3][1], ops[4][1], ops[5][1], ops[6][1]
     assert (before["q"], "hold" in before, before["reads"]) == (0, True, [(0, fresh)])
     assert copy == {"dst": 0, "src": 1, "dv": [0, 2], "sv": None, "mode": "staged"}
-    assert (after["q"], after["reads"]) == (1, [(0, [0, 0, fresh[2]])])
+    assert (later["b"], later["q"], later["init"]) == (2, 1, "zeros")
+    assert (read["b"], read["mode"], read["expect"]) == (2, "numpy", [0, 0])
     assert ("b", 0, [0, 0, fresh[2]]) in plan.final_buffers
-    # The host function on queue 1 runs after the held one (the join).
+    # The copy waits for the held function; the fill on its source's queue
+    # (and so the read) does not.
     m = plan.model
-    assert m.by_label[("H", 0)] in m.ancestors(m.by_label[("H", 1)])
+    held = m.by_label[("H", 0)]
+    copy_node = next(n for n, node in enumerate(m.nodes) if node.kind == "copy")
+    fill = max(n for n, node in enumerate(m.nodes) if node.kind == "fill")
+    assert held in m.ancestors(copy_node)
+    assert held not in m.ancestors(fill)
 
 
 def _fixed_programs():
@@ -1227,10 +1233,13 @@ def _fixed_programs():
     return GPU_PROGRAMS if SECOND_GPU else {}
 
 
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", sorted(_fixed_programs()))
 def test_fixed_buffer_programs(name):
-    """Programs that a copy running before the work it must wait for, or a
-    missing join, fail deterministically (through the data, not timing)."""
+    """Programs that a copy running before the work it must wait for fails
+    deterministically (through the data, not timing), and that the old rule
+    (a copy joined its source's queue) hangs: a host read waits for good
+    for a fill held back behind the copy (the timeout ends it)."""
     raw = _fixed_programs()[name]
     plan = compile_program(raw)
     # Resolved as the comments say: a held host function around the
