@@ -19,6 +19,8 @@ typedef unsigned int cu_device_attribute;    /* enum CUdevice_attribute */
 typedef unsigned int cu_graph_mem_attribute; /* enum CUgraphMem_attribute */
 typedef unsigned int cu_memorytype;          /* enum CUmemorytype_enum */
 typedef unsigned int cu_pointer_attribute;   /* enum CUpointer_attribute */
+typedef struct CUmemPoolHandle_st *cu_mempool;
+typedef unsigned int cu_mempool_attribute; /* enum CUmemPool_attribute */
 typedef void (*cu_host_fn)(void *user_data);
 typedef void (*cu_stream_callback)(cu_stream stream, cu_result status,
                                    void *user_data);
@@ -28,6 +30,8 @@ enum {
     MXD_CU_SUCCESS = 0,
     MXD_CU_ERROR_INVALID_VALUE = 1,
     MXD_CU_ERROR_OUT_OF_MEMORY = 2,
+    MXD_CU_ERROR_INVALID_CONTEXT = 201,
+    MXD_CU_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
     MXD_CU_ERROR_NOT_READY = 600,
     MXD_CU_ERROR_NOT_PERMITTED = 800,
     MXD_CU_STREAM_NON_BLOCKING = 0x1,
@@ -37,6 +41,7 @@ enum {
     MXD_CU_MEMHOSTALLOC_DEVICEMAP = 0x2,
     MXD_CU_STREAM_WAIT_VALUE_GEQ = 0x0,
     MXD_CU_STREAM_WAIT_VALUE_EQ = 0x1,
+    MXD_CU_DEVICE_ATTRIBUTE_MAX_PITCH = 11,
     MXD_CU_DEVICE_ATTRIBUTE_INTEGRATED = 18,
     MXD_CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
     MXD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
@@ -51,7 +56,20 @@ enum {
     MXD_CU_MEMORYTYPE_HOST = 0x1,
     MXD_CU_MEMORYTYPE_DEVICE = 0x2,
     MXD_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+    MXD_CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+    MXD_CU_MEM_LOCATION_TYPE_DEVICE = 1,
+    MXD_CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
 };
+
+/* CUmemLocation and CUmemAccessDesc for cuMemPoolSetAccess. */
+typedef struct cu_mem_location {
+    unsigned int type; /* CUmemLocationType */
+    int id;
+} cu_mem_location;
+typedef struct cu_mem_access_desc {
+    cu_mem_location location;
+    unsigned int flags; /* CUmemAccess_flags */
+} cu_mem_access_desc;
 
 /* CUDA_MEMCPY2D (the _v2 layout, CUDA 3.2 and later) for cuMemcpy2DAsync. */
 typedef struct cu_memcpy2d {
@@ -99,6 +117,9 @@ typedef struct cu_memcpy2d {
       (cu_context * ctx, cu_device dev))                                       \
     X(cuCtxPushCurrent, 4000, REQUIRED, cu_result, (cu_context ctx))           \
     X(cuCtxPopCurrent, 4000, REQUIRED, cu_result, (cu_context * ctx))          \
+    X(cuCtxGetCurrent, 4000, REQUIRED, cu_result, (cu_context * ctx))          \
+    X(cuCtxEnablePeerAccess, 4000, OPTIONAL, cu_result,                        \
+      (cu_context peer, unsigned int flags))                                   \
     X(cuMemGetInfo, 3020, REQUIRED, cu_result,                                 \
       (size_t * free_bytes, size_t * total_bytes))                             \
     X(cuDeviceGetGraphMemAttribute, 11040, OPTIONAL, cu_result,                \
@@ -161,7 +182,13 @@ typedef struct cu_memcpy2d {
     X(cuMemsetD32Async, 3020, REQUIRED, cu_result,                             \
       (cu_deviceptr dst, unsigned int value, size_t count, cu_stream stream))  \
     X(cuPointerGetAttribute, 4000, OPTIONAL, cu_result,                        \
-      (void *data, cu_pointer_attribute attribute, cu_deviceptr ptr))
+      (void *data, cu_pointer_attribute attribute, cu_deviceptr ptr))          \
+    X(cuDeviceGetDefaultMemPool, 11020, OPTIONAL, cu_result,                   \
+      (cu_mempool * pool, cu_device dev))                                      \
+    X(cuMemPoolSetAttribute, 11020, OPTIONAL, cu_result,                       \
+      (cu_mempool pool, cu_mempool_attribute attr, void *value))               \
+    X(cuMemPoolSetAccess, 11020, OPTIONAL, cu_result,                          \
+      (cu_mempool pool, const cu_mem_access_desc *map, size_t count))
 
 /* cuGetProcAddress_v2 (CUDA 12.0+); `status` may be NULL. */
 typedef cu_result (*cu_get_proc_address_fn)(const char *symbol, void **pfn,

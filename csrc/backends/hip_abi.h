@@ -18,6 +18,8 @@ typedef unsigned int
     hip_graph_mem_attribute;                /* enum hipGraphMemAttributeType */
 typedef unsigned int hip_memcpy_kind;       /* enum hipMemcpyKind */
 typedef unsigned int hip_pointer_attribute; /* enum hipPointer_attribute */
+typedef struct ihipMemPoolHandle_t *hip_mempool;
+typedef unsigned int hip_mempool_attribute; /* enum hipMemPoolAttr */
 typedef void (*hip_host_fn)(void *user_data);
 typedef void (*hip_stream_callback)(hip_stream stream, hip_result status,
                                     void *user_data);
@@ -29,6 +31,7 @@ enum {
     MXD_HIP_ERROR_INVALID_VALUE = 1,
     MXD_HIP_ERROR_OUT_OF_MEMORY = 2,
     MXD_HIP_ERROR_NOT_READY = 600,
+    MXD_HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
     MXD_HIP_ERROR_NOT_SUPPORTED = 801,
     MXD_HIP_STREAM_NON_BLOCKING = 0x1,
     MXD_HIP_EVENT_BLOCKING_SYNC = 0x1,
@@ -38,6 +41,7 @@ enum {
     MXD_HIP_STREAM_WAIT_VALUE_GTE = 0x0,
     MXD_HIP_STREAM_WAIT_VALUE_EQ = 0x1,
     MXD_HIP_DEVICE_ATTRIBUTE_INTEGRATED = 16,
+    MXD_HIP_DEVICE_ATTRIBUTE_MAX_PITCH = 58,
     MXD_HIP_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 88,
     /* In the AMD-specific range, the same value in ROCm 5 and 6. */
     MXD_HIP_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE = 10013,
@@ -47,7 +51,20 @@ enum {
     MXD_HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
     MXD_HIP_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
     MXD_HIP_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+    MXD_HIP_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+    MXD_HIP_MEM_LOCATION_TYPE_DEVICE = 1,
+    MXD_HIP_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
 };
+
+/* hipMemLocation and hipMemAccessDesc for hipMemPoolSetAccess. */
+typedef struct hip_mem_location {
+    unsigned int type; /* hipMemLocationType */
+    int id;
+} hip_mem_location;
+typedef struct hip_mem_access_desc {
+    hip_mem_location location;
+    unsigned int flags; /* hipMemAccessFlags */
+} hip_mem_access_desc;
 
 /* hipGetDeviceProperties takes the runtime's own structure, incomplete
  * here: we read it through the prefix below. */
@@ -170,7 +187,15 @@ enum { HIP_DEVICE_PROP_BUFFER = 8192 };
     X(hipMemsetD32Async, REQUIRED, hip_result,                                 \
       (void *dst, int value, size_t count, hip_stream stream))                 \
     X(hipPointerGetAttribute, OPTIONAL, hip_result,                            \
-      (void *data, hip_pointer_attribute attribute, void *ptr))
+      (void *data, hip_pointer_attribute attribute, void *ptr))                \
+    X(hipDeviceEnablePeerAccess, OPTIONAL, hip_result,                         \
+      (int peer, unsigned int flags))                                          \
+    X(hipDeviceGetDefaultMemPool, OPTIONAL, hip_result,                        \
+      (hip_mempool * pool, int device))                                        \
+    X(hipMemPoolSetAttribute, OPTIONAL, hip_result,                            \
+      (hip_mempool pool, hip_mempool_attribute attr, void *value))             \
+    X(hipMemPoolSetAccess, OPTIONAL, hip_result,                               \
+      (hip_mempool pool, const hip_mem_access_desc *desc, size_t count))
 
 #define HIP_ENTRY_POINTS_5_3(X)                                                \
     X(hipDeviceGetGraphMemAttribute, OPTIONAL, hip_result,                     \

@@ -48,11 +48,27 @@ _Static_assert(SAME_TYPE(__typeof__(((cu_memcpy2d *)0)->srcArray), CUarray),
  * the prototypes are compared with CUDA_MEMCPY2D in its place (a macro
  * defined here only, after the header's own use of the name). */
 #define cu_memcpy2d CUDA_MEMCPY2D
+#define cu_mem_access_desc CUmemAccessDesc
 #define CHECK_CUDA_ENTRY(name, version, kind, ret, params)                     \
     _Static_assert(SAME_TYPE(__typeof__(&name), ret(*) params),                \
                    #name " differs from cuda.h");
 CUDA_ENTRY_POINTS(CHECK_CUDA_ENTRY)
 #undef cu_memcpy2d
+#undef cu_mem_access_desc
+
+/* Our cu_mem_access_desc (in cuMemPoolSetAccess, compared as
+ * CUmemAccessDesc above) is CUmemAccessDesc field for field. */
+_Static_assert(offsetof(cu_mem_access_desc, location.type) ==
+                       offsetof(CUmemAccessDesc, location.type) &&
+                   offsetof(cu_mem_access_desc, location.id) ==
+                       offsetof(CUmemAccessDesc, location.id) &&
+                   offsetof(cu_mem_access_desc, flags) ==
+                       offsetof(CUmemAccessDesc, flags) &&
+                   sizeof(cu_mem_access_desc) == sizeof(CUmemAccessDesc),
+               "CUmemAccessDesc layout");
+_Static_assert(SAME_TYPE(cu_mempool, CUmemoryPool), "CUmemoryPool");
+_Static_assert(SAME_TYPE(cu_mempool_attribute, CUmemPool_attribute),
+               "CUmemPool_attribute");
 
 _Static_assert(SAME_TYPE(cu_result, CUresult), "CUresult");
 _Static_assert(SAME_TYPE(cu_device, CUdevice), "CUdevice");
@@ -76,6 +92,11 @@ _Static_assert(MXD_CU_ERROR_INVALID_VALUE == CUDA_ERROR_INVALID_VALUE,
                "CUDA_ERROR_INVALID_VALUE");
 _Static_assert(MXD_CU_ERROR_OUT_OF_MEMORY == CUDA_ERROR_OUT_OF_MEMORY,
                "CUDA_ERROR_OUT_OF_MEMORY");
+_Static_assert(MXD_CU_ERROR_INVALID_CONTEXT == CUDA_ERROR_INVALID_CONTEXT,
+               "CUDA_ERROR_INVALID_CONTEXT");
+_Static_assert(MXD_CU_ERROR_PEER_ACCESS_ALREADY_ENABLED ==
+                   CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+               "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED");
 _Static_assert(MXD_CU_ERROR_NOT_READY == CUDA_ERROR_NOT_READY,
                "CUDA_ERROR_NOT_READY");
 _Static_assert(MXD_CU_ERROR_NOT_PERMITTED == CUDA_ERROR_NOT_PERMITTED,
@@ -99,6 +120,10 @@ CHECK_CONSTANT(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)
 CHECK_CONSTANT(CU_MEMORYTYPE_HOST)
 CHECK_CONSTANT(CU_MEMORYTYPE_DEVICE)
 CHECK_CONSTANT(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+CHECK_CONSTANT(CU_DEVICE_ATTRIBUTE_MAX_PITCH)
+CHECK_CONSTANT(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+CHECK_CONSTANT(CU_MEM_LOCATION_TYPE_DEVICE)
+CHECK_CONSTANT(CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 #undef CHECK_CONSTANT
 #endif
 
@@ -110,10 +135,24 @@ CHECK_CONSTANT(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
 #define CHECK_HIP_ENTRY(name, kind, ret, params)                               \
     _Static_assert(SAME_TYPE(__typeof__(&name), ret(*) params),                \
                    #name " differs from hip_runtime_api.h");
+#define hip_mem_access_desc hipMemAccessDesc
 HIP_ENTRY_POINTS_5_2(CHECK_HIP_ENTRY)
 #if HIP_VERSION >= 50300000
 HIP_ENTRY_POINTS_5_3(CHECK_HIP_ENTRY)
 #endif
+#undef hip_mem_access_desc
+
+_Static_assert(offsetof(hip_mem_access_desc, location.type) ==
+                       offsetof(hipMemAccessDesc, location.type) &&
+                   offsetof(hip_mem_access_desc, location.id) ==
+                       offsetof(hipMemAccessDesc, location.id) &&
+                   offsetof(hip_mem_access_desc, flags) ==
+                       offsetof(hipMemAccessDesc, flags) &&
+                   sizeof(hip_mem_access_desc) == sizeof(hipMemAccessDesc),
+               "hipMemAccessDesc layout");
+_Static_assert(SAME_TYPE(hip_mempool, hipMemPool_t), "hipMemPool_t");
+_Static_assert(SAME_TYPE(hip_mempool_attribute, hipMemPoolAttr),
+               "hipMemPoolAttr");
 
 _Static_assert(SAME_TYPE(hip_result, hipError_t), "hipError_t");
 _Static_assert(SAME_TYPE(hip_stream, hipStream_t), "hipStream_t");
@@ -150,6 +189,14 @@ CHECK_CONSTANT(MXD_HIP_MEMCPY_DEVICE_TO_HOST, hipMemcpyDeviceToHost)
 CHECK_CONSTANT(MXD_HIP_MEMCPY_DEVICE_TO_DEVICE, hipMemcpyDeviceToDevice)
 CHECK_CONSTANT(MXD_HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+CHECK_CONSTANT(MXD_HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+               hipErrorPeerAccessAlreadyEnabled)
+CHECK_CONSTANT(MXD_HIP_DEVICE_ATTRIBUTE_MAX_PITCH, hipDeviceAttributeMaxPitch)
+CHECK_CONSTANT(MXD_HIP_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+               hipMemPoolAttrReleaseThreshold)
+CHECK_CONSTANT(MXD_HIP_MEM_LOCATION_TYPE_DEVICE, hipMemLocationTypeDevice)
+CHECK_CONSTANT(MXD_HIP_MEM_ACCESS_FLAGS_PROT_READWRITE,
+               hipMemAccessFlagsProtReadWrite)
 #if HIP_VERSION >= 50300000
 _Static_assert(SAME_TYPE(hip_graph_mem_attribute, hipGraphMemAttributeType),
                "hipGraphMemAttributeType");

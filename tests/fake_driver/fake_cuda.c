@@ -155,6 +155,15 @@ cu_result cuCtxPopCurrent(cu_context *ctx)
     return FAKE_E_OK;
 }
 
+cu_result cuCtxGetCurrent(cu_context *ctx)
+{
+    FAKE_CU_BEGIN(cuCtxGetCurrent);
+    if (ctx == NULL)
+        return FAKE_E_INVALID_VALUE;
+    *ctx = fake_ctx_depth > 0 ? fake_ctx_stack[fake_ctx_depth - 1] : NULL;
+    return FAKE_E_OK;
+}
+
 /* ---- Errors --------------------------------------------------------- */
 
 cu_result cuGetErrorName(cu_result error, const char **name)

@@ -211,6 +211,13 @@ void fake_dmem_run(fake_stream *s, fake_item *it);
 int fake_device_allocs(void);
 size_t fake_device_bytes(void);
 
+/* ---- fake_peer.c ---------------------------------------------------- */
+
+/* Whether a copy on a stream of `device` may touch memory of `owner`
+ * directly: its own, or a peer's whose access it enabled (and, for memory
+ * of the peer's pool, was granted pool access to). */
+bool fake_peer_reachable(int device, int owner, bool pool_memory);
+
 /* ---- fake_copy.c ---------------------------------------------------- */
 
 /* Runs a FAKE_ITEM_TRANSFER item (err: the stream's sticky error). */

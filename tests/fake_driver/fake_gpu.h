@@ -271,6 +271,12 @@ FAKE_EXPORT int fake_gpu_threads(void);
 FAKE_EXPORT int fake_gpu_violations(void);
 FAKE_EXPORT const char *fake_gpu_violation(int i);
 FAKE_EXPORT void fake_gpu_clear_violations(void);
+/* fake_peer.c: whether `device` enabled peer access to `peer`; whether
+ * `device` may use memory of `owner`'s default pool; that pool's release
+ * threshold (-1 / 0 for an invalid device). */
+FAKE_EXPORT int fake_gpu_peer_access(int device, int peer);
+FAKE_EXPORT int fake_gpu_pool_access(int owner, int device);
+FAKE_EXPORT unsigned long long fake_gpu_pool_release_threshold(int device);
 
 /* The calling thread's CUDA context stack depth (fake_cuda.c), reported by
  * fake_gpu_live("context_push"). */
