@@ -248,8 +248,8 @@ int fake_gpu_pool_access(int owner, int device)
     if (!fake_valid_device(owner) || !fake_valid_device(device))
         return -1;
     pthread_mutex_lock(&fake_peer_mu);
-    int on = fake_pools != NULL ? fake_pools[owner].access[device]
-                                : owner == device;
+    int on =
+        fake_pools != NULL ? fake_pools[owner].access[device] : owner == device;
     pthread_mutex_unlock(&fake_peer_mu);
     return on;
 }
