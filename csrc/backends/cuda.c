@@ -202,6 +202,22 @@ static void api_leave(api_device *d)
     drv.cuCtxPopCurrent(&popped);
 }
 
+/* Makes d's context current for the stream work that follows unless it is
+ * already (queue_lock): true when it pushed it. */
+static bool api_bind(api_device *d)
+{
+    cu_context current = NULL;
+    if (drv.cuCtxGetCurrent(&current) == MXD_CU_SUCCESS &&
+        current == d->context)
+        return false;
+    return drv.cuCtxPushCurrent(d->context) == MXD_CU_SUCCESS;
+}
+
+static void api_unbind(api_device *d)
+{
+    api_leave(d);
+}
+
 static mxd_status api_device_architecture(api_device *d, char *buf, size_t size,
                                           mxd_error *err)
 {

@@ -157,6 +157,19 @@ static void api_leave(api_device *d)
         drv.hipSetDevice(entered_from);
 }
 
+/* HIP's stream work runs on the stream's device whatever device is
+ * current: queue_lock needs nothing. */
+static bool api_bind(api_device *d)
+{
+    (void)d;
+    return false;
+}
+
+static void api_unbind(api_device *d)
+{
+    (void)d;
+}
+
 static mxd_status api_device_architecture(api_device *d, char *buf, size_t size,
                                           mxd_error *err)
 {
