@@ -25,13 +25,13 @@
 #define POLL_SLICE_NS (20 * MXD_MS)
 
 typedef enum item_kind {
-    ITEM_HOST,         /* a user host function */
-    ITEM_WAIT_POINT,   /* wait until another timeline reaches a ticket */
-    ITEM_WAIT_VALUE,   /* wait until a flag holds a value */
+    ITEM_HOST,            /* a user host function */
+    ITEM_WAIT_POINT,      /* wait until another timeline reaches a ticket */
+    ITEM_WAIT_VALUE,      /* wait until a flag holds a value */
     ITEM_WAIT_COMPLETION, /* wait for another backend's completion */
-    ITEM_STAMP,        /* write the time into a timing stamp */
-    ITEM_KICKOFF,      /* reset a flag, hand a host function to the pool */
-    ITEM_TRANSFER,     /* write a buffer: a staged copy or a fill */
+    ITEM_STAMP,           /* write the time into a timing stamp */
+    ITEM_KICKOFF,         /* reset a flag, hand a host function to the pool */
+    ITEM_TRANSFER,        /* write a buffer: a staged copy or a fill */
 } item_kind;
 
 typedef struct cpu_queue cpu_queue;
@@ -702,9 +702,8 @@ static mxd_status cpu_queue_wait_completion(mxd_queue *base, mxd_completion *c,
     cpu_queue *q = as_cpu_queue(base);
     if (c->ops == &mxd_cpu_backend) {
         mxd_queue_retain(c->queue);
-        return enqueue_wait_point(q, (cpu_point){as_cpu_queue(c->queue),
-                                                 c->ticket},
-                                  err);
+        return enqueue_wait_point(
+            q, (cpu_point){as_cpu_queue(c->queue), c->ticket}, err);
     }
     cpu_item *item = item_new(ITEM_WAIT_COMPLETION, err);
     if (!item)

@@ -218,6 +218,18 @@ static void api_unbind(api_device *d)
     api_leave(d);
 }
 
+/* The largest pitch 2-D copies take (2**31 - 1 where the driver does not
+ * say: every NVIDIA GPU so far). */
+static int64_t api_max_pitch(api_device *d)
+{
+    int value = 0;
+    if (drv.cuDeviceGetAttribute(&value, MXD_CU_DEVICE_ATTRIBUTE_MAX_PITCH,
+                                 d->handle) != MXD_CU_SUCCESS ||
+        value <= 0)
+        value = INT32_MAX;
+    return value;
+}
+
 static mxd_status api_device_architecture(api_device *d, char *buf, size_t size,
                                           mxd_error *err)
 {

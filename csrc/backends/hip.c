@@ -170,6 +170,18 @@ static void api_unbind(api_device *d)
     (void)d;
 }
 
+/* The largest pitch 2-D copies take (2**31 - 1 where the runtime does not
+ * say). */
+static int64_t api_max_pitch(api_device *d)
+{
+    int value = 0;
+    if (drv.hipDeviceGetAttribute(&value, MXD_HIP_DEVICE_ATTRIBUTE_MAX_PITCH,
+                                  d->handle) != MXD_HIP_SUCCESS ||
+        value <= 0)
+        value = INT32_MAX;
+    return value;
+}
+
 static mxd_status api_device_architecture(api_device *d, char *buf, size_t size,
                                           mxd_error *err)
 {

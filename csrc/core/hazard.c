@@ -31,8 +31,7 @@ void mxd_completion_retain(mxd_completion *c)
 
 void mxd_completion_release(mxd_completion *c)
 {
-    if (!c ||
-        atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
+    if (!c || atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
         return;
     if (!mxd_stale(c->queue->epoch)) /* a stale point's state is leaked */
         c->ops->completion_fini(c);
@@ -132,6 +131,11 @@ static mxd_status poisoned_by(mxd_completion *c, const mxd_error *why,
     return mxd_fail(err, MXD_HAZARD, "%s", message);
 }
 
+void mxd_completion_failed(mxd_completion *c, const mxd_error *why)
+{
+    poisoned_by(c, why, NULL);
+}
+
 static mxd_status hazard_of(const mxd_completion *c, mxd_error *err)
 {
     return mxd_fail(err, MXD_HAZARD, "%s", mxd_completion_poison_message(c));
@@ -143,8 +147,7 @@ bool mxd_completion_known_done(mxd_completion *c)
            c->ops->completion_known_done(c);
 }
 
-mxd_status mxd_completion_query(mxd_completion *c, bool *ready,
-                                mxd_error *err)
+mxd_status mxd_completion_query(mxd_completion *c, bool *ready, mxd_error *err)
 {
     *ready = true;
     if (mxd_stale(c->queue->epoch))
@@ -223,8 +226,8 @@ static void entries_clear(mxd_entries *e)
 }
 
 /* Keeps the entries `keep` says yes to, releasing the others. */
-static void entries_filter(mxd_entries *e, bool (*keep)(mxd_completion *c,
-                                                        const void *arg),
+static void entries_filter(mxd_entries *e,
+                           bool (*keep)(mxd_completion *c, const void *arg),
                            const void *arg)
 {
     int kept = 0;
@@ -498,9 +501,8 @@ void mxd_hazard_note(mxd_memory *read, mxd_memory *write, mxd_completion *c)
     }
 }
 
-void mxd_hazard_visit(mxd_memory *m, void (*visit)(mxd_completion *c,
-                                                   void *ctx),
-                      void *ctx)
+void mxd_hazard_visit(mxd_memory *m,
+                      void (*visit)(mxd_completion *c, void *ctx), void *ctx)
 {
     mxd_record *r = &m->record;
     for (int i = 0; i < r->writes.n; i++)

@@ -85,6 +85,9 @@ void mxd_record_fini(mxd_record *r);
  * operation.  NULL when out of memory. */
 mxd_completion *mxd_completion_alloc(mxd_queue *q, const char *what,
                                      uint64_t bytes);
+/* The operation c ends failed (`why`, a driver error, seen by whoever ran
+ * it): c is poisoned with a message naming the operation and the error. */
+void mxd_completion_failed(mxd_completion *c, const mxd_error *why);
 /* True when c is known to be complete without asking a driver (a CPU
  * ticket reached, a GPU mark seen complete, poisoned). */
 bool mxd_completion_known_done(mxd_completion *c);
@@ -134,8 +137,7 @@ mxd_status mxd_hazard_pending_writes(mxd_memory *m, mxd_completion **out,
                                      int cap, int *count, mxd_error *err);
 /* For a memory being freed (nobody else can reach its record): calls visit
  * for every completion in it, the last writes first. */
-void mxd_hazard_visit(mxd_memory *m, void (*visit)(mxd_completion *c,
-                                                   void *ctx),
-                      void *ctx);
+void mxd_hazard_visit(mxd_memory *m,
+                      void (*visit)(mxd_completion *c, void *ctx), void *ctx);
 
 #endif /* MXD_HAZARD_H */

@@ -153,6 +153,10 @@ typedef struct mxd_device_features {
     /* Device memory is allocated and freed in queue order by the driver
      * (cuMemAllocAsync / hipMallocAsync). */
     bool memory_pools;
+    /* Pinned memory reserved when the device opened: the staging ring
+     * (chunks of chunk_bytes) and the pool's reserve (pinned.h). */
+    int staging_chunks;
+    int64_t staging_chunk_bytes, pinned_reserve_bytes;
 } mxd_device_features;
 
 mxd_status mxd_device_features_of(const mxd_device *dev,
@@ -243,8 +247,7 @@ mxd_queue *mxd_completion_queue(const mxd_completion *c);
 /* *ready when the point completed or c is poisoned.  A driver error seen
  * here poisons the completion of an operation (ready) and is returned for
  * one made by mxd_completion_record_on (a ValueError, as synchronize). */
-mxd_status mxd_completion_query(mxd_completion *c, bool *ready,
-                                mxd_error *err);
+mxd_status mxd_completion_query(mxd_completion *c, bool *ready, mxd_error *err);
 /* Waits until ready (on the host, in bounded slices); MXD_HAZARD with the
  * poison message when c is (or becomes) poisoned. */
 mxd_status mxd_completion_wait(mxd_completion *c, const mxd_wait *wait,

@@ -808,6 +808,7 @@ q = DeviceQueue(acc)
 ref = np.arange(64, dtype=np.float32)
 buf = Buffer(DType.float32, (64,), q)
 buf.inplace_copy_from(Buffer.from_numpy(ref))
+q.synchronize()  # stream=-1 orders nothing: the upload must be done
 dev = buf.__dlpack_device__()
 caps = [buf.__dlpack__(max_version=(1, 0), stream=-1) for _ in range(4)]
 pinned = DevicePinnedBuffer.zeros((8,), DType.int32, acc)
