@@ -138,6 +138,24 @@ def payload(capsule: object) -> DLManagedTensorVersioned | DLManagedTensor:
     return view
 
 
+_CAPSULE_SET_NAME = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_SetName", ctypes.pythonapi)
+)
+_USED_NAMES = {
+    VERSIONED: b"used_" + VERSIONED.encode(),
+    LEGACY: b"used_" + LEGACY.encode(),
+}
+
+
+def take(capsule: object) -> DLManagedTensorVersioned | DLManagedTensor:
+    """Consumes a capsule as a DLPack consumer does: renames it "used_..."
+    and returns its managed tensor, whose deleter the caller now owes a
+    call (``m.deleter(ctypes.addressof(m))``)."""
+    managed = payload(capsule)
+    assert _CAPSULE_SET_NAME(capsule, _USED_NAMES[capsule_name(capsule)]) == 0
+    return managed
+
+
 def tensor(capsule: object) -> DLTensor:
     return payload(capsule).dl_tensor
 

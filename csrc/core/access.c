@@ -97,8 +97,7 @@ mxd_status mxd_read_host(const mxd_view *v, void *dst, const mxd_wait *wait,
 }
 
 mxd_status mxd_download(const mxd_view *v, mxd_queue *cpu_queue,
-                        mxd_memory **out, const mxd_wait *wait,
-                        mxd_error *err)
+                        mxd_memory **out, const mxd_wait *wait, mxd_error *err)
 {
     mxd_status st = mxd_view_check(v, "", err);
     int64_t bytes = 0;
@@ -167,8 +166,15 @@ static mxd_status consumer_points(const mxd_view *v, mxd_completion **out,
     return st;
 }
 
-mxd_status mxd_order_native(const mxd_view *v, uintptr_t native,
-                            mxd_error *err)
+mxd_status mxd_memory_consumer_done(mxd_memory *m, uintptr_t native,
+                                    mxd_error *err)
+{
+    if (!m->ops->consumer_done || mxd_stale(m->epoch))
+        return MXD_OK;
+    return m->ops->consumer_done(m, native, err);
+}
+
+mxd_status mxd_order_native(const mxd_view *v, uintptr_t native, mxd_error *err)
 {
     mxd_status st = mxd_view_check(v, "", err);
     if (st != MXD_OK)
@@ -186,8 +192,8 @@ mxd_status mxd_order_native(const mxd_view *v, uintptr_t native,
         /* A point of a CPU queue (a user's stamp) cannot be waited for by
          * a stream we do not own: the host waits for it instead. */
         if (st == MXD_OK)
-            st = c->ops == ops ? ops->native_wait_completion(
-                                     v->memory->device, native, c, err)
+            st = c->ops == ops ? ops->native_wait_completion(v->memory->device,
+                                                             native, c, err)
                                : mxd_completion_wait_host(c, NULL, err);
         mxd_completion_release(c);
     }

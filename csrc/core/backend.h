@@ -75,6 +75,10 @@ struct mxd_memory {
     mxd_record record;
     mxd_host_fn release; /* foreign memory: gives it back */
     void *backend_data;  /* e.g. the pinned-pool block */
+    /* The backend's record of consumers' streams (DLPack exports) that
+     * released the memory while their work may still use it: its free
+     * waits for them.  Under the record's lock. */
+    void *consumers;
 };
 
 struct mxd_backend {
@@ -159,6 +163,11 @@ struct mxd_backend {
      * dev, waits for c, a completion of this backend (mxd_order_native). */
     mxd_status (*native_wait_completion)(mxd_device *dev, uintptr_t native,
                                          mxd_completion *c, mxd_error *err);
+    /* Optional (GPUs): a consumer that used m on `native` (a stream of m's
+     * device) let go of it: m's free waits for the work enqueued there so
+     * far (mxd_memory_consumer_done). */
+    mxd_status (*consumer_done)(mxd_memory *m, uintptr_t native,
+                                mxd_error *err);
 
     /* Flags: allocate and free the slot (pinned, mapped memory on GPUs). */
     mxd_status (*flag_slot_alloc)(mxd_flag *flag, mxd_error *err);
@@ -300,8 +309,7 @@ void mxd_memory_release_foreign(mxd_memory *m);
 /* A view's memory and queue are of this process and of one device, and its
  * layout lies inside the memory; `which` names it in the message
  * ("destination ", "source ", or ""). */
-mxd_status mxd_view_check(const mxd_view *v, const char *which,
-                          mxd_error *err);
+mxd_status mxd_view_check(const mxd_view *v, const char *which, mxd_error *err);
 
 /* Unlinks a retired queue from its device and destroys it (queue.c). */
 void mxd_queue_finish_retire(mxd_queue *q);

@@ -40,8 +40,7 @@ mxd_status mxd_memory_alloc(mxd_queue *q, int64_t bytes, unsigned flags,
     mxd_memory *m;
     mxd_completion *born = NULL;
     /* Zero bytes still get an address of their own (a non-null pointer). */
-    st = q->ops->memory_alloc(q, bytes > 0 ? bytes : 1, pinned, &m, &born,
-                              err);
+    st = q->ops->memory_alloc(q, bytes > 0 ? bytes : 1, pinned, &m, &born, err);
     if (st != MXD_OK)
         return st;
     mxd_memory_kind kind = mxd_device_is_host(q->device) ? MXD_MEMORY_HOST

@@ -165,8 +165,7 @@ mxd_status mxd_write_host(const mxd_view *v, const void *src,
  * untracked host-visible memory waits for nothing): the host's copy of a
  * buffer (to_numpy of device memory, a DLPack export to the CPU). */
 mxd_status mxd_download(const mxd_view *v, mxd_queue *cpu_queue,
-                        mxd_memory **out, const mxd_wait *wait,
-                        mxd_error *err);
+                        mxd_memory **out, const mxd_wait *wait, mxd_error *err);
 /* Work enqueued afterwards on `native` (a CUstream / hipStream_t of the
  * view's device, not necessarily ours, or the drivers' special handles)
  * waits for the storage's last write (untracked memory: for the view's
@@ -174,6 +173,12 @@ mxd_status mxd_download(const mxd_view *v, mxd_queue *cpu_queue,
  * has no native streams. */
 mxd_status mxd_order_native(const mxd_view *v, uintptr_t native,
                             mxd_error *err);
+
+/* A consumer that was handed m's memory with its stream `native` (a DLPack
+ * export, SPEC 12.7) let go of it: the memory is freed only after the work
+ * enqueued on that stream so far.  Nothing on the CPU. */
+mxd_status mxd_memory_consumer_done(mxd_memory *m, uintptr_t native,
+                                    mxd_error *err);
 
 /* Adds c to m's record as its last write (`write`; the reads are cleared)
  * or as a read: work the module does not see, declared by the user

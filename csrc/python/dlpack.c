@@ -144,32 +144,56 @@ static const char USED_VERSIONED[] = "used_dltensor_versioned";
 static const char LEGACY[] = "dltensor";
 static const char USED_LEGACY[] = "used_dltensor";
 
+typedef struct dlpack_request {
+    int minor; /* of the DLPack 1.x capsule to export; -1: legacy */
+    enum {
+        ORDER_ON_HOST,    /* stream=None: the host waits for the queue */
+        ORDER_NONE,       /* stream=-1: the consumer orders its own work */
+        ORDER_ON_CONSUMER /* a stream: it waits for the queue, the host not */
+    } order;
+    long long stream; /* the consumer's stream, with ORDER_ON_CONSUMER */
+    bool to_host;     /* dl_device=(kDLCPU, 0) asked of a device buffer */
+    int copy;         /* -1: None, 0: False, 1: True */
+} dlpack_request;
+
 /* One allocation per export: the managed tensor, its shape and strides,
- * and the memory reference the deleter gives back. */
+ * the memory reference the deleter gives back, and the consumer's stream
+ * when it named one. */
 typedef struct export_block {
     union {
         mxd_dl_managed legacy;
         mxd_dl_managed_versioned versioned;
     } tensor;
     mxd_memory *memory;
+    bool has_consumer;
+    uintptr_t consumer;
     int64_t dims[];
 } export_block;
 
 /* Deleters: called exactly once, by the consumer, on any thread, with or
- * without the GIL.  They only release core memory (foreign memory is given
- * back through the host runner, which takes the GIL safely). */
-static void delete_legacy(mxd_dl_managed *self)
+ * without the GIL.  They only touch the core (foreign memory is given back
+ * through the host runner, which takes the GIL safely).  The consumer's
+ * kernels on its stream may still read the memory: it is freed after the
+ * work enqueued there so far (SPEC 12.7).  When that cannot be arranged (a
+ * driver error, or a deleter run on the driver's callback thread) it is
+ * freed in our order only, as for a consumer that named no stream. */
+static void release_export(export_block *block)
 {
-    export_block *block = self->manager_ctx;
+    mxd_error ignored;
+    if (block->has_consumer)
+        mxd_memory_consumer_done(block->memory, block->consumer, &ignored);
     mxd_memory_release(block->memory);
     PyMem_RawFree(block);
 }
 
+static void delete_legacy(mxd_dl_managed *self)
+{
+    release_export(self->manager_ctx);
+}
+
 static void delete_versioned(mxd_dl_managed_versioned *self)
 {
-    export_block *block = self->manager_ctx;
-    mxd_memory_release(block->memory);
-    PyMem_RawFree(block);
+    release_export(self->manager_ctx);
 }
 
 /* A capsule nobody consumed frees its tensor.  It still has the name we
@@ -234,9 +258,11 @@ static void fill_tensor(mxd_dl_tensor *t, BufferObject *b,
 
 /* A capsule over b's elements, described as dtype `as` (the buffer's own,
  * or one of the same size for NumPy): DLPack 1.`minor`, or the legacy
- * capsule for a negative `minor`. */
+ * capsule for a negative `minor`; r (NULL: none) the request, whose
+ * consumer stream the memory's free waits for. */
 static PyObject *export_capsule(BufferObject *b, const mxd_dtype_info *as,
-                                int minor, uint64_t flags)
+                                int minor, uint64_t flags,
+                                const dlpack_request *r)
 {
     bool versioned = minor >= 0;
     int rank = buffer_rank(b);
@@ -245,6 +271,8 @@ static PyObject *export_capsule(BufferObject *b, const mxd_dtype_info *as,
     if (block == NULL)
         return PyErr_NoMemory();
     memset(&block->tensor, 0, sizeof block->tensor);
+    block->has_consumer = r && r->order == ORDER_ON_CONSUMER;
+    block->consumer = block->has_consumer ? (uintptr_t)r->stream : 0;
     block->memory = b->memory;
     mxd_memory_retain(b->memory);
     void *payload;
@@ -275,18 +303,6 @@ static PyObject *export_capsule(BufferObject *b, const mxd_dtype_info *as,
 }
 
 /* ---- Buffer.__dlpack__ -------------------------------------------------- */
-
-typedef struct dlpack_request {
-    int minor; /* of the DLPack 1.x capsule to export; -1: legacy */
-    enum {
-        ORDER_ON_HOST,    /* stream=None: the host waits for the queue */
-        ORDER_NONE,       /* stream=-1: the consumer orders its own work */
-        ORDER_ON_CONSUMER /* a stream: it waits for the queue, the host not */
-    } order;
-    long long stream; /* the consumer's stream, with ORDER_ON_CONSUMER */
-    bool to_host;     /* dl_device=(kDLCPU, 0) asked of a device buffer */
-    int copy;         /* -1: None, 0: False, 1: True */
-} dlpack_request;
 
 static int buffer_error(const char *fmt, ...)
 {
@@ -508,13 +524,13 @@ PyObject *binding_buffer_dlpack(PyObject *self, PyObject *const *args,
             return NULL;
         }
         PyObject *capsule = export_capsule(as_buffer(copy), buffer_dtype(b),
-                                           r.minor, MXD_DL_FLAG_IS_COPIED);
+                                           r.minor, MXD_DL_FLAG_IS_COPIED, &r);
         Py_DECREF(copy);
         return capsule;
     }
     if (order_consumer(b, &r) < 0)
         return NULL;
-    PyObject *capsule = export_capsule(b, buffer_dtype(b), r.minor, 0);
+    PyObject *capsule = export_capsule(b, buffer_dtype(b), r.minor, 0, &r);
     if (capsule != NULL && r.to_host) {
         /* Pinned memory, asked for as CPU memory: the same host bytes. */
         bool versioned = r.minor >= 0;
