@@ -142,8 +142,8 @@ static PyObject *cpu_vectorcall(PyObject *type, PyObject *const *args,
     if (binding_parse_fast(&params, args, PyVectorcall_NARGS(nargsf), kwnames,
                            &id) < 0)
         return NULL;
-    return binding_cpu_from_arg(binding_type_state((PyTypeObject *)type),
-                                "CPU", id);
+    return binding_cpu_from_arg(binding_type_state((PyTypeObject *)type), "CPU",
+                                id);
 }
 
 static PyObject *accelerator_vectorcall(PyObject *type, PyObject *const *args,
@@ -476,13 +476,15 @@ static PyObject *device_capabilities(PyObject *self, PyObject *unused)
             ? "unavailable"
         : f.host_fns_on_workers ? "worker threads"
                                 : "driver callback thread";
-    return Py_BuildValue("{s:i,s:O,s:s,s:s,s:O}", "driver_version",
-                         f.driver_version, "stream_memory_operations",
-                         f.stream_memory_ops ? Py_True : Py_False,
-                         "host_function_entry_point",
-                         f.host_fn_entry_point ? f.host_fn_entry_point : "",
-                         "python_host_functions_run_on", host_fns,
-                         "memory_pools", f.memory_pools ? Py_True : Py_False);
+    return Py_BuildValue(
+        "{s:i,s:O,s:s,s:s,s:O,s:(iL),s:L}", "driver_version", f.driver_version,
+        "stream_memory_operations", f.stream_memory_ops ? Py_True : Py_False,
+        "host_function_entry_point",
+        f.host_fn_entry_point ? f.host_fn_entry_point : "",
+        "python_host_functions_run_on", host_fns, "memory_pools",
+        f.memory_pools ? Py_True : Py_False, "staging_ring", f.staging_chunks,
+        (long long)f.staging_chunk_bytes, "pinned_reserve_bytes",
+        (long long)f.pinned_reserve_bytes);
 }
 
 static PyObject *device_context_ptr(PyObject *self, PyObject *unused)
@@ -530,8 +532,11 @@ static PyMethodDef device_methods[] = {
                  "stream_memory_operations, host_function_entry_point ('' "
                  "when none or on the CPU) and python_host_functions_run_on "
                  "('worker threads', 'driver callback thread' or "
-                 "'unavailable') and memory_pools (stream-ordered "
-                 "allocation).")},
+                 "'unavailable'), memory_pools (stream-ordered "
+                 "allocation), staging_ring ((chunks, bytes per chunk) of "
+                 "pinned memory copies stage through; (0, 0) on the CPU) "
+                 "and pinned_reserve_bytes (pinned memory reserved for "
+                 "flags and small pinned buffers).")},
     {"__reduce__", device_reduce, METH_NOARGS,
      BINDING_DOC("__reduce__", "($self, /)",
                  "Copies and pickles refer to the same cached device.")},

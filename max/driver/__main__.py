@@ -111,6 +111,11 @@ def _print_capabilities(dev: Device) -> None:
         f"    host_function_entry_point: {caps['host_function_entry_point'] or 'none'}"
     )
     print(f"    python_host_functions_run_on: {caps['python_host_functions_run_on']}")
+    chunks, chunk_bytes = caps["staging_ring"]
+    print(
+        f"    staging_ring: {chunks} x {chunk_bytes >> 20} MiB pinned, "
+        f"pinned reserve {caps['pinned_reserve_bytes'] >> 20} MiB"
+    )
 
 
 def _print_cleanup_failures() -> None:

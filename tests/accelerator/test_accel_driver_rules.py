@@ -16,6 +16,7 @@ import gc
 import threading
 import time
 
+import pytest
 from accel_support import ENQ, ENQ_ASYNC, WAIT
 
 from max._core import driver as core
@@ -261,7 +262,11 @@ def test_capabilities_are_probed(acc):
         "host_function_entry_point",
         "python_host_functions_run_on",
         "memory_pools",
+        "staging_ring",
+        "pinned_reserve_bytes",
     }
+    assert caps["staging_ring"] == (4, 8 << 20)  # the defaults
+    assert caps["pinned_reserve_bytes"] == 8 << 20
     assert isinstance(caps["driver_version"], int)
     assert isinstance(caps["memory_pools"], bool)
     assert isinstance(caps["stream_memory_operations"], bool)
@@ -277,6 +282,29 @@ def test_capabilities_are_probed(acc):
         assert caps["python_host_functions_run_on"] == expected
     if acc.api == "cuda":
         assert caps["driver_version"] >= 11000
+
+
+STAGING_CHILD = r"""
+from max.driver import Accelerator
+print(Accelerator(0)._capabilities()["staging_ring"])
+"""
+
+
+@pytest.mark.parametrize(
+    ("chunks", "mib", "expected"),
+    [("2", "1", (2, 1 << 20)), ("1", "0", (2, 1 << 20)), ("x", "", (4, 8 << 20))],
+)
+def test_staging_ring_is_sized_by_the_environment(run_acc_py, chunks, mib, expected):
+    """MAX_DRIVER_STAGING_CHUNKS / _CHUNK_MIB, read when a device opens:
+    out of range they are clamped (at least 2 chunks, for double
+    buffering, of at least 1 MiB), malformed they are ignored."""
+    r = run_acc_py(
+        STAGING_CHILD,
+        MAX_DRIVER_STAGING_CHUNKS=chunks,
+        MAX_DRIVER_STAGING_CHUNK_MIB=mib,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(expected)
 
 
 def test_cpu_capabilities():
