@@ -122,3 +122,69 @@ void mxd_pool_fork_child(void)
     pool_init();
     pthread_mutex_unlock(&pool.mu);
 }
+
+/* ---- Parallel memcpy ---------------------------------------------------- */
+
+enum { MAX_COPY_PARTS = 16 };
+
+typedef struct copy_part {
+    mxd_job job;
+    struct copy_parts *all;
+    char *dst;
+    const char *src;
+    size_t n;
+} copy_part;
+
+typedef struct copy_parts {
+    pthread_mutex_t mu;
+    pthread_cond_t done;
+    int pending;
+    copy_part part[MAX_COPY_PARTS];
+} copy_parts;
+
+static void copy_part_run(mxd_job *job)
+{
+    copy_part *p = (copy_part *)job;
+    memcpy(p->dst, p->src, p->n);
+    copy_parts *all = p->all;
+    pthread_mutex_lock(&all->mu);
+    if (--all->pending == 0)
+        pthread_cond_signal(&all->done);
+    pthread_mutex_unlock(&all->mu);
+}
+
+void mxd_memcpy_parallel(void *dst, const void *src, size_t n, int threads)
+{
+    if (threads > MAX_COPY_PARTS)
+        threads = MAX_COPY_PARTS;
+    if (threads < 2 || n < (size_t)threads * 4096) {
+        memcpy(dst, src, n);
+        return;
+    }
+    copy_parts all = {.pending = 0};
+    pthread_mutex_init(&all.mu, NULL);
+    pthread_cond_init(&all.done, NULL);
+    /* Parts of whole cache lines; the caller takes the first. */
+    size_t part = (n / (size_t)threads + 63) & ~(size_t)63;
+    pthread_mutex_lock(&all.mu);
+    for (int i = 1; i < threads && (size_t)i * part < n; i++) {
+        size_t at = (size_t)i * part;
+        all.part[i] = (copy_part){{NULL, copy_part_run},
+                                  &all,
+                                  (char *)dst + at,
+                                  (const char *)src + at,
+                                  n - at < part ? n - at : part};
+        if (mxd_pool_submit(&all.part[i].job, NULL) == MXD_OK)
+            all.pending++;
+        else /* no thread: here */
+            memcpy(all.part[i].dst, all.part[i].src, all.part[i].n);
+    }
+    pthread_mutex_unlock(&all.mu);
+    memcpy(dst, src, n < part ? n : part);
+    pthread_mutex_lock(&all.mu);
+    while (all.pending > 0)
+        pthread_cond_wait(&all.done, &all.mu);
+    pthread_mutex_unlock(&all.mu);
+    pthread_cond_destroy(&all.done);
+    pthread_mutex_destroy(&all.mu);
+}

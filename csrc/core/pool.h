@@ -19,4 +19,10 @@ struct mxd_job {
  * idle and none can be started. */
 mxd_status mxd_pool_submit(mxd_job *job, mxd_error *err);
 
+/* memcpy of n bytes split across `threads` threads (the caller and pool
+ * workers), for copies large enough that one thread's memory bandwidth is
+ * the limit (staging, where the DMA outruns a single host thread).  Runs
+ * in the caller alone when no worker can start. */
+void mxd_memcpy_parallel(void *dst, const void *src, size_t n, int threads);
+
 #endif /* MXD_POOL_H */

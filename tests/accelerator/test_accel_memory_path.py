@@ -347,3 +347,32 @@ def test_strided_copy_between_two_devices(acc, acc1, gate, rec):
     assert np.array_equal(back[::-1, 2].to_numpy(), ref[::-1, 2])
     acc.synchronize(timeout=WAIT)
     acc1.synchronize(timeout=WAIT)
+
+
+ROUND_TRIP_CHILD = r"""
+import numpy as np
+from max.driver import Accelerator, Buffer, DeviceQueue
+from max.dtype import DType
+
+acc = Accelerator(0)
+n = (20 << 20) // 4 + 5
+ref = (np.arange(n, dtype=np.int64) * 40503).astype(np.int32)
+dev = Buffer(DType.int32, (n,), DeviceQueue(acc))
+dev.inplace_copy_from(Buffer.from_numpy(ref))
+assert np.array_equal(dev.to_numpy(), ref)
+assert np.array_equal(dev[::-1].to_numpy(), ref[::-1])
+print(acc._capabilities()["staging_ring"])
+"""
+
+
+def test_staging_with_small_chunks_and_several_host_threads(run_acc_py):
+    """2 chunks of 1 MiB: a 20 MiB copy takes 20 pieces each way, each
+    packed by 3 threads."""
+    r = run_acc_py(
+        ROUND_TRIP_CHILD,
+        MAX_DRIVER_STAGING_CHUNKS="2",
+        MAX_DRIVER_STAGING_CHUNK_MIB="1",
+        MAX_DRIVER_STAGING_THREADS="3",
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str((2, 1 << 20))
