@@ -28,11 +28,12 @@ SECTION = "copies: bandwidth against the raw driver"
 # GPU benchmark run 45 s).
 TIME_BUDGET_S = 15.0
 # raw_copy_ns's kinds (RAW_COPY_* in raw_driver.c).
-HTOD, DTOH, DTOD = 0, 1, 2
+HTOD, DTOH, DTOD, PEER = 0, 1, 2, 3
 RAW_NAMES = {
     HTOD: "cuMemcpyHtoDAsync",
     DTOH: "cuMemcpyDtoHAsync",
     DTOD: "cuMemcpyDtoDAsync",
+    PEER: "cuMemcpyPeerAsync",
 }
 
 
@@ -53,7 +54,8 @@ COPIES = [
     Copy("pinned host -> device", "device", "pinned", HTOD, 0.95),
     Copy("device -> pinned host", "pinned", "device", DTOH, 0.95),
     Copy("device -> device", "device2", "device", DTOD, 0.95),
-    # Staged: read into pinned memory on the calling thread, then uploaded.
+    # Staged through the ring: the host copies a chunk while the previous
+    # one's DMA runs.
     Copy(
         "pageable host -> device (staged, vs raw pinned)",
         "device",
@@ -61,10 +63,22 @@ COPIES = [
         HTOD,
         0.8,
     ),
+    Copy(
+        "device -> pageable host (staged, vs raw pinned)",
+        "pageable",
+        "device",
+        DTOH,
+        0.8,
+    ),
 ]
+# With a second GPU: device 0 -> device 1 on a queue of device 1, against
+# the raw peer copy on that queue's stream.
+PEER_COPY = Copy("device -> peer device", "peer", "device", PEER, 0.9)
 
 
-def _buffers(queue: driver.DeviceQueue, nbytes: int) -> dict[str, driver.Buffer]:
+def _buffers(
+    queue: driver.DeviceQueue, peer: driver.DeviceQueue | None, nbytes: int
+) -> dict[str, driver.Buffer]:
     shape = (nbytes // 4,)
     f32 = DType.float32
     buffers = {
@@ -73,6 +87,8 @@ def _buffers(queue: driver.DeviceQueue, nbytes: int) -> dict[str, driver.Buffer]
         "device2": driver.Buffer(f32, shape, queue),
         "pageable": driver.Buffer.zeros(shape, f32),  # CPU memory, touched
     }
+    if peer is not None:
+        buffers["peer"] = driver.Buffer(f32, shape, peer)
     buffers["device"].inplace_copy_from(buffers["pageable"])
     buffers["device2"].inplace_copy_from(buffers["pageable"])
     buffers["pinned"].inplace_copy_from(buffers["device"])
@@ -90,33 +106,42 @@ def copy_bandwidth(
     acc: driver.Device, raw: Raw, reps: int, nbytes: int, sample_s: float
 ) -> list[Result]:
     queue = driver.DeviceQueue(acc)
-    buffers = _buffers(queue, nbytes)
-    stream = queue.native_stream_handle
+    peer = (
+        driver.DeviceQueue(driver.Accelerator(1))
+        if driver.accelerator_count() > 1
+        else None
+    )
+    buffers = _buffers(queue, peer, nbytes)
+    copies = [*COPIES, PEER_COPY] if peer is not None else COPIES
+
+    def queue_of(copy: Copy) -> driver.DeviceQueue:
+        return buffers[copy.dst].stream if copy.raw_kind == PEER else queue
 
     def ours(copy: Copy) -> Callable[[int], float]:
-        dst, src = buffers[copy.dst], buffers[copy.src]
+        dst, src, on = buffers[copy.dst], buffers[copy.src], queue_of(copy)
 
         def sample(count: int) -> float:
             start = time.perf_counter()
             for _ in range(count):
                 dst.inplace_copy_from(src)
-            queue.synchronize()
+            on.synchronize()
             return (time.perf_counter() - start) / count
 
         return sample
 
-    def raw_copy(kind: int) -> Callable[[int], float]:
+    def raw_copy(copy: Copy) -> Callable[[int], float]:
+        stream = queue_of(copy).native_stream_handle
+        kind = copy.raw_kind
         return lambda n: raw.time_ns("raw_copy_ns", kind, nbytes, stream, n, 1) * 1e-9
 
-    samplers = [(c, ours(c), raw_copy(c.raw_kind)) for c in COPIES]
+    samplers = [(c, ours(c), raw_copy(c)) for c in copies]
     counts = [(_count(o, sample_s), _count(r, sample_s)) for _, o, r in samplers]
-    # One untimed sample of ours first: a loop of staged copies keeps several
-    # pinned staging blocks in flight, and the pool allocates (and the first
-    # copies fault in) each of them once.
+    # One untimed sample of ours first: the first copies fault in the
+    # staging ring's chunks and the heap memory of deferred uploads.
     for (_, our_sample, _), (n_ours, _) in zip(samplers, counts, strict=True):
         our_sample(n_ours)
     runs: dict[str, tuple[list[float], list[float]]] = {
-        c.name: ([], []) for c in COPIES
+        c.name: ([], []) for c in copies
     }
     started = time.monotonic()
     for rep in range(reps):
@@ -129,7 +154,7 @@ def copy_bandwidth(
             mine, theirs = runs[copy.name]
             theirs.append(raw_sample(n_raw))
             mine.append(our_sample(n_ours))
-    return [_result(copy, *runs[copy.name], nbytes) for copy in COPIES]
+    return [_result(copy, *runs[copy.name], nbytes) for copy in copies]
 
 
 def _result(copy: Copy, ours: list[float], raw: list[float], nbytes: int) -> Result:

@@ -19,6 +19,7 @@
  * succeeded); raw_last_error() then says what failed. */
 #include <dlfcn.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -391,12 +392,13 @@ EXPORT double raw_load_ns(long iterations)
  * The baselines of the copy benchmarks: cuMemcpy{HtoD,DtoH,DtoD}Async
  * between pinned host memory and device memory allocated here, the way
  * max.driver allocates its own (pinned: portable and mapped; device:
- * cuMemAlloc). */
+ * cuMemAlloc), and cuMemcpyPeerAsync into device 1's memory. */
 
 enum {
     RAW_COPY_HTOD = 0,
     RAW_COPY_DTOH = 1,
     RAW_COPY_DTOD = 2,
+    RAW_COPY_PEER = 3, /* device 0 -> device 1, on a stream of device 1 */
     RAW_MEMHOSTALLOC_PORTABLE = 0x1,
     RAW_MEMHOSTALLOC_DEVICEMAP = 0x2,
 };
@@ -404,19 +406,42 @@ enum {
 typedef struct copy_memory {
     void *host;
     cu_deviceptr device, other;
+    cu_context peer_context; /* RAW_COPY_PEER: device 1's, retained */
+    cu_deviceptr peer;       /* ... and memory there */
 } copy_memory;
 
 static void copy_memory_free(copy_memory *m)
 {
+    cu_context popped;
     if (m->host)
         drv.cuMemFreeHost(m->host);
     if (m->device)
         drv.cuMemFree(m->device);
     if (m->other)
         drv.cuMemFree(m->other);
+    if (m->peer && drv.cuCtxPushCurrent(m->peer_context) == RAW_SUCCESS) {
+        drv.cuMemFree(m->peer);
+        drv.cuCtxPopCurrent(&popped);
+    }
 }
 
-static cu_result copy_memory_alloc(copy_memory *m, size_t bytes)
+/* Device 1's memory, under its primary context. */
+static cu_result peer_alloc(copy_memory *m, size_t bytes)
+{
+    cu_device peer;
+    cu_context popped;
+    cu_result rc = drv.cuDeviceGet(&peer, 1);
+    if (rc == RAW_SUCCESS)
+        rc = drv.cuDevicePrimaryCtxRetain(&m->peer_context, peer);
+    if (rc == RAW_SUCCESS && (rc = drv.cuCtxPushCurrent(m->peer_context)) ==
+                                 RAW_SUCCESS) {
+        rc = drv.cuMemAlloc(&m->peer, bytes);
+        drv.cuCtxPopCurrent(&popped);
+    }
+    return rc;
+}
+
+static cu_result copy_memory_alloc(copy_memory *m, int kind, size_t bytes)
 {
     cu_result rc = drv.cuMemHostAlloc(&m->host, bytes,
                                       RAW_MEMHOSTALLOC_PORTABLE |
@@ -425,6 +450,8 @@ static cu_result copy_memory_alloc(copy_memory *m, size_t bytes)
         rc = drv.cuMemAlloc(&m->device, bytes);
     if (rc == RAW_SUCCESS)
         rc = drv.cuMemAlloc(&m->other, bytes);
+    if (rc == RAW_SUCCESS && kind == RAW_COPY_PEER)
+        rc = peer_alloc(m, bytes);
     if (rc == RAW_SUCCESS)
         memset(m->host, 1, bytes); /* touched, as the benchmarks' buffers */
     return rc;
@@ -438,6 +465,9 @@ static cu_result copy_once(int kind, const copy_memory *m, size_t bytes,
         return drv.cuMemcpyHtoDAsync(m->device, m->host, bytes, s);
     case RAW_COPY_DTOH:
         return drv.cuMemcpyDtoHAsync(m->host, m->device, bytes, s);
+    case RAW_COPY_PEER:
+        return drv.cuMemcpyPeerAsync(m->peer, m->peer_context, m->device,
+                                     context, bytes, s);
     default: return drv.cuMemcpyDtoDAsync(m->other, m->device, bytes, s);
     }
 }
@@ -450,7 +480,7 @@ static cu_result copy_once(int kind, const copy_memory *m, size_t bytes,
 EXPORT double raw_copy_ns(int kind, uint64_t bytes, uintptr_t stream,
                           long iterations, int synchronize)
 {
-    if (kind < RAW_COPY_HTOD || kind > RAW_COPY_DTOD || bytes == 0) {
+    if (kind < RAW_COPY_HTOD || kind > RAW_COPY_PEER || bytes == 0) {
         snprintf(last_error, sizeof last_error,
                  "raw_copy_ns: bad kind %d or size %llu", kind,
                  (unsigned long long)bytes);
@@ -460,9 +490,15 @@ EXPORT double raw_copy_ns(int kind, uint64_t bytes, uintptr_t stream,
     if (result != 0)
         return result;
     cu_stream s = (cu_stream)stream;
-    copy_memory m = {NULL, 0, 0};
+    copy_memory m = {NULL, 0, 0, NULL, 0};
+    bool pushed = false;
     CHECK("allocation (cuMemHostAlloc, cuMemAlloc)",
-          copy_memory_alloc(&m, (size_t)bytes));
+          copy_memory_alloc(&m, kind, (size_t)bytes));
+    /* A peer copy is enqueued on a stream of device 1: its context. */
+    if (kind == RAW_COPY_PEER) {
+        CHECK("cuCtxPushCurrent", drv.cuCtxPushCurrent(m.peer_context));
+        pushed = true;
+    }
     CHECK("the first copy", copy_once(kind, &m, (size_t)bytes, s));
     CHECK("cuStreamSynchronize", drv.cuStreamSynchronize(s));
     int64_t start = now_ns();
@@ -477,6 +513,10 @@ out:
         cu_result rc = drv.cuStreamSynchronize(s);
         if (rc != RAW_SUCCESS && result >= 0)
             result = failed("cuStreamSynchronize", rc);
+    }
+    if (pushed) {
+        cu_context popped;
+        drv.cuCtxPopCurrent(&popped);
     }
     copy_memory_free(&m);
     leave();

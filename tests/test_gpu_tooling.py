@@ -68,8 +68,8 @@ def test_raw_driver_without_a_driver_fails_cleanly(raw_library):
     with pytest.raises(RuntimeError, match="raw_open"):
         raw.time_ns("raw_copy_ns", 0, 4096, 0, 10, 1)
     # A copy of no kind raw_driver.c knows is refused before anything.
-    with pytest.raises(RuntimeError, match="bad kind 3"):
-        raw.time_ns("raw_copy_ns", 3, 4096, 0, 10, 1)
+    with pytest.raises(RuntimeError, match="bad kind 4"):
+        raw.time_ns("raw_copy_ns", 4, 4096, 0, 10, 1)
     # The host-only baselines need no driver.
     assert 0 < raw.time_ns("raw_host_store_ns", 100_000) < 1000
     assert 0 < raw.time_ns("raw_load_ns", 100_000) < 1000
@@ -244,7 +244,8 @@ def test_gpu_benchmarks_run_end_to_end_on_the_fake_driver(fake_cuda, tmp_path):
         "4 KiB copy pinned -> device (inplace_copy_from)",
     ):
         assert f"{op}: overhead over raw driver, ns" in names
-    # Every copy ran against its raw twin (quick: 8 MiB copies).
+    # Every copy ran against its raw twin (quick: 8 MiB copies); the fake
+    # has two devices, so the peer copy too.
     copies = {r["name"]: r for r in report["results"] if "MiB: bandwidth" in r["name"]}
     assert set(copies) == {
         f"{c}, 8 MiB: bandwidth / raw"
@@ -253,6 +254,8 @@ def test_gpu_benchmarks_run_end_to_end_on_the_fake_driver(fake_cuda, tmp_path):
             "device -> pinned host",
             "device -> device",
             "pageable host -> device (staged, vs raw pinned)",
+            "device -> pageable host (staged, vs raw pinned)",
+            "device -> peer device",
         )
     }
     for r in copies.values():
