@@ -275,7 +275,10 @@ flag = CompletionFlag(acc)
 gated.wait_for_host_value(flag, 1)
 buf = Buffer.zeros((1024,), DType.int32, acc)
 acc.default_queue.synchronize(timeout=10)
-del buf  # its free (cuMemFree) waits for the gated stream
+free = "cuMemFree" if acc.api == "cuda" else "hipFree"
+frees = fake.calls(free)
+del buf  # its free waits for the gated stream
+assert wait_until(lambda: fake.calls(free) > frees, timeout=5), "no free"
 streams = fake.live("stream")
 spare = DeviceQueue(acc)
 spare.synchronize(timeout=10)
