@@ -491,7 +491,7 @@ def optional_sections(scale_down: int) -> list[Result]:
     too), and the GIL's cost and buffer pipelines on the fake GPU driver:
     each runs when what it needs is there, else says why not."""
     # Imported here: these modules import this one.
-    from benchmarks import buffers, fake_gpu, fake_pipelines, protocols
+    from benchmarks import buffers, fake_gpu, fake_pipelines, fake_staging, protocols
 
     results = []
     reason = buffers.numpy_skip_reason()
@@ -507,6 +507,7 @@ def optional_sections(scale_down: int) -> list[Result]:
     else:
         results += fake_gpu.benchmark(reps=7, number=50_000 // scale_down)
         results += fake_pipelines.benchmark(reps=5 if scale_down == 1 else 2)
+        results += fake_staging.benchmark(reps=5 if scale_down == 1 else 2)
     return results
 
 
