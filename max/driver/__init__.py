@@ -22,6 +22,7 @@ from max._core.driver import (
     HostHazardError,
     batch_inplace_copy,
     copy_pinned_to_destinations,
+    enable_all_peer_access,
 )
 from max._core.driver import (
     __unsafe_pack_py_host_func as __unsafe_pack_py_host_func,
@@ -87,6 +88,7 @@ __all__ = [
     "calculate_virtual_device_count_from_cli",
     "copy_pinned_to_destinations",
     "devices_exist",
+    "enable_all_peer_access",
     "get_virtual_cpu_target",
     "get_virtual_device_api",
     "get_virtual_device_count",
