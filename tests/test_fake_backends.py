@@ -438,6 +438,7 @@ def test_no_memory_pool_access_entry_points(fake_builds, api, pools):
     r = run_code(NO_PEER_ENTRY_POINT_CHECK, env)
     assert r.returncode == 0, _output(r)
     out = _json(r)
+    assert out["threshold"] == ["0", "0"], out
     assert out["copied"], out
     if pools:
         assert out["error"] is not None and out["error"][0] == "RuntimeError", out

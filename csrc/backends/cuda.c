@@ -63,6 +63,7 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_wait_value cuStreamWaitValue64
 #define API_enable_peer cuCtxEnablePeerAccess
 #define API_default_mem_pool cuDeviceGetDefaultMemPool
+#define API_mem_pool_set_attribute cuMemPoolSetAttribute
 #define API_mem_pool_set_access cuMemPoolSetAccess
 #define API_MEM_OPS_ATTRIBUTE                                                  \
     "CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS"
@@ -94,6 +95,7 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_GRAPH_MEM_USED MXD_CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT
 #define API_GRAPH_MEM_RESERVED MXD_CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT
 #define API_PEER_ACCESS_ALREADY_ENABLED MXD_CU_ERROR_PEER_ACCESS_ALREADY_ENABLED
+#define API_MEMPOOL_ATTR_RELEASE_THRESHOLD MXD_CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
 #define API_MEM_LOCATION_TYPE_DEVICE MXD_CU_MEM_LOCATION_TYPE_DEVICE
 #define API_MEM_ACCESS_READWRITE MXD_CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 

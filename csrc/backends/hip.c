@@ -62,6 +62,7 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_wait_value hipStreamWaitValue64
 #define API_enable_peer hipDeviceEnablePeerAccess
 #define API_default_mem_pool hipDeviceGetDefaultMemPool
+#define API_mem_pool_set_attribute hipMemPoolSetAttribute
 #define API_mem_pool_set_access hipMemPoolSetAccess
 #define API_MEM_OPS_ATTRIBUTE "hipDeviceAttributeCanUseStreamWaitValue"
 /* api_wait_value's conditions: equal; at least (wrap-safe:
@@ -92,6 +93,8 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_GRAPH_MEM_RESERVED MXD_HIP_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT
 #define API_PEER_ACCESS_ALREADY_ENABLED                                        \
     MXD_HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED
+#define API_MEMPOOL_ATTR_RELEASE_THRESHOLD                                     \
+    MXD_HIP_MEMPOOL_ATTR_RELEASE_THRESHOLD
 #define API_MEM_LOCATION_TYPE_DEVICE MXD_HIP_MEM_LOCATION_TYPE_DEVICE
 #define API_MEM_ACCESS_READWRITE MXD_HIP_MEM_ACCESS_FLAGS_PROT_READWRITE
 

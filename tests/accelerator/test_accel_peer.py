@@ -149,6 +149,38 @@ def test_enabled_pairs_match_can_access(run_acc_py, api, env):
             assert res["calls"][GET_POOL[api]] == 0, res
 
 
+@pytest.mark.parametrize(
+    "env", [{}, {"FAKE_GPU_MEMORY_POOLS": "0"}], ids=["pools", "no-pools"]
+)
+def test_release_threshold_set_when_a_device_opens(run_acc_py, api, env):
+    """A device with memory pools keeps freed memory in its default pool
+    (release threshold UINT64_MAX, set when the device opens); without
+    pools no pool entry point is called at all."""
+    out = run_child(run_acc_py, api, **env)
+    n = out["n"]
+    opened = out["open_calls"]
+    if env:
+        assert out["threshold"] == ["0"] * n
+        assert opened[GET_POOL[api]] == opened[SET_ATTRIBUTE[api]] == 0, opened
+        for res in out["results"]:
+            assert res["calls"][GET_POOL[api]] == 0, res
+            assert res["calls"][SET_ACCESS[api]] == 0, res
+    else:
+        assert out["threshold"] == [str(UINT64_MAX)] * n
+        assert opened[GET_POOL[api]] == opened[SET_ATTRIBUTE[api]] == n, opened
+
+
+def test_release_threshold_failure_does_not_fail_the_open(run_acc_py, api):
+    """The threshold is a hint: when the driver refuses it, the device opens
+    and works all the same, with the driver's default threshold."""
+    out = run_child(
+        run_acc_py, api, FAKE_GPU_FAIL=f"{SET_ATTRIBUTE[api]}:1:2,{GET_POOL[api]}:2:2"
+    )
+    # Device 0's attribute call failed, device 1's pool lookup failed.
+    assert out["threshold"] == ["0", "0"]
+    assert out["results"][0]["peer"] == [0, 1, 1, 0]
+
+
 @pytest.mark.parametrize("which", ["enable", "grant"])
 def test_driver_failure_is_a_value_error_naming_it(run_acc_py, api, which):
     """SPEC §8: a driver failure raises ValueError with the driver's error
