@@ -126,6 +126,30 @@ def test_can_access_type_error_for_queue(cpu):
         cpu.can_access(cpu.default_queue)
 
 
+PEER_ACCESS_CPU_ONLY = """
+import inspect
+from max import driver
+from max._core import driver as core
+print(driver.accelerator_count(), driver.enable_all_peer_access())
+print(driver.enable_all_peer_access is core.enable_all_peer_access)
+print(inspect.signature(driver.enable_all_peer_access))
+driver.set_virtual_device_count(2)  # virtual devices have no peer access
+print(driver.enable_all_peer_access())
+try:
+    driver.enable_all_peer_access(0)
+except TypeError as e:
+    print("TypeError")
+"""
+
+
+def test_enable_all_peer_access_without_accelerators(run_py):
+    """The CPU-only backend has no accelerator pair: nothing to enable, no
+    error (in virtual device mode too); it takes no arguments."""
+    r = run_py(PEER_ACCESS_CPU_ONLY, MAX_DRIVER_BACKEND="cpu")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["0 None", "True", "()", "None", "TypeError"]
+
+
 def test_eq_and_hash(cpu):
     assert cpu == CPU()
     assert cpu == Device.cpu()

@@ -372,6 +372,7 @@ def _help_signatures() -> dict[str, str]:
     for fn_name in (
         "accelerator_count",
         "backend_selection",
+        "enable_all_peer_access",
         "__unsafe_pack_py_host_func",
         # virtual device mode's functions
         *(

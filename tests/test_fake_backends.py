@@ -382,6 +382,73 @@ def test_no_stream_wait_value(fake_builds, api):
         assert "callback thread" in entry[2], entry
 
 
+NO_PEER_ENTRY_POINT_CHECK = r"""
+import ctypes, json, os
+import numpy as np
+from max import driver
+from max.driver import Accelerator, Buffer
+lib = ctypes.CDLL(os.environ["MAX_DRIVER_FAKE_LIBRARY"])
+lib.fake_gpu_pool_release_threshold.restype = ctypes.c_ulonglong
+out = {}
+try:
+    driver.enable_all_peer_access()
+    out["error"] = None
+except Exception as e:
+    out["error"] = [type(e).__name__, str(e)]
+out["peer"] = [lib.fake_gpu_peer_access(0, 1), lib.fake_gpu_peer_access(1, 0)]
+out["pool"] = [lib.fake_gpu_pool_access(0, 1), lib.fake_gpu_pool_access(1, 0)]
+out["threshold"] = [str(lib.fake_gpu_pool_release_threshold(i)) for i in (0, 1)]
+# The devices work all the same, peer copies included.
+ref = np.arange(1000, dtype=np.int32)
+b = Buffer.from_numpy(ref).to(Accelerator(0)).to(Accelerator(1))
+out["copied"] = bool(np.array_equal(b.to_numpy(), ref))
+print("JSON" + json.dumps(out))
+"""
+ENABLE_PEER = {"cuda": "cuCtxEnablePeerAccess", "hip": "hipDeviceEnablePeerAccess"}
+POOL_ACCESS = {"cuda": "cuMemPoolSetAccess", "hip": "hipMemPoolSetAccess"}
+POOL_ATTRIBUTE = {"cuda": "cuMemPoolSetAttribute", "hip": "hipMemPoolSetAttribute"}
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_no_peer_access_entry_point(fake_builds, api):
+    """A driver without the peer-access entry point: enable_all_peer_access()
+    raises RuntimeError naming it, having changed nothing."""
+    lib = fake_builds("no-peer-access", omit=list(ENABLE_PEER.values()))
+    r = run_code(NO_PEER_ENTRY_POINT_CHECK, fake_env(api, lib))
+    assert r.returncode == 0, _output(r)
+    out = _json(r)
+    assert out["error"] is not None and out["error"][0] == "RuntimeError", out
+    assert ENABLE_PEER[api] in out["error"][1], out
+    assert out["pool"] == [0, 0], out
+    assert out["copied"], out
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("pools", [True, False], ids=["pools", "no-pools"])
+def test_no_memory_pool_access_entry_points(fake_builds, api, pools):
+    """A driver with stream-ordered allocation but without the pools' access
+    and attribute entry points: devices open and work with the driver's
+    default release threshold; enable_all_peer_access() raises RuntimeError
+    naming the missing entry point before enabling anything, since buffers
+    of the peer's pool would stay out of reach.  Without pools (nothing
+    needs the grant) it works."""
+    omit = [*POOL_ACCESS.values(), *POOL_ATTRIBUTE.values()]
+    lib = fake_builds("no-pool-access", omit=omit)
+    env = fake_env(api, lib, FAKE_GPU_MEMORY_POOLS=None if pools else 0)
+    r = run_code(NO_PEER_ENTRY_POINT_CHECK, env)
+    assert r.returncode == 0, _output(r)
+    out = _json(r)
+    assert out["threshold"] == ["0", "0"], out
+    assert out["copied"], out
+    if pools:
+        assert out["error"] is not None and out["error"][0] == "RuntimeError", out
+        assert POOL_ACCESS[api] in out["error"][1], out
+        assert out["peer"] == [0, 0] and out["pool"] == [0, 0], out
+    else:
+        assert out["error"] is None, out
+        assert out["peer"] == [1, 1] and out["pool"] == [0, 0], out
+
+
 # --------------------------------------------------------------------------
 # Backend selection with the fake
 

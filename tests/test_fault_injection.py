@@ -214,6 +214,7 @@ STRICT_TYPES = {
     "is_ready": "ValueError",
     "is_ready_new": "ValueError",
     "is_ready_gated": "ValueError",
+    "enable_peer": "ValueError",  # a driver failure (SPEC §8)
     # "RuntimeError if ... the driver rejects the enqueue"
     "wait_value": "RuntimeError",
     "wait_value_async": "RuntimeError",
@@ -327,6 +328,7 @@ def scenario():
     step("stats", [], lambda: acc.stats)
     step("stats1", [], lambda: acc1.stats)
     step("can_access", [], lambda: (acc.can_access(acc1), acc1.can_access(acc)))
+    step("enable_peer", [], driver.enable_all_peer_access)
     step("default_queue", [], lambda: acc.default_queue.native_stream_handle)
     step("queue", [], put("q", lambda: DeviceQueue(acc)))
     step("queue1", [], put("q1", lambda: DeviceQueue(acc1)))

@@ -48,6 +48,8 @@ EXPECTED_ALL = {
     "HostHazardError",
     "batch_inplace_copy",
     "copy_pinned_to_destinations",
+    # MAX's peer access between accelerators (test_peer_access.py).
+    "enable_all_peer_access",
     # MAX's virtual device mode (test_virtual_devices.py).
     "set_virtual_device_count",
     "get_virtual_device_count",

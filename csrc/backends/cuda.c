@@ -21,6 +21,8 @@
 typedef cu_stream gpu_stream;
 typedef cu_event gpu_event;
 typedef cu_result gpu_result;
+typedef cu_mempool gpu_mempool;
+typedef cu_mem_access_desc gpu_mem_access_desc;
 
 typedef struct api_device {
     cu_device handle;
@@ -59,6 +61,10 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_launch_host_fn cuLaunchHostFunc
 #define API_add_callback cuStreamAddCallback
 #define API_wait_value cuStreamWaitValue64
+#define API_enable_peer cuCtxEnablePeerAccess
+#define API_default_mem_pool cuDeviceGetDefaultMemPool
+#define API_mem_pool_set_attribute cuMemPoolSetAttribute
+#define API_mem_pool_set_access cuMemPoolSetAccess
 #define API_MEM_OPS_ATTRIBUTE                                                  \
     "CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS"
 
@@ -88,6 +94,10 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_ATTRIBUTE_INTEGRATED MXD_CU_DEVICE_ATTRIBUTE_INTEGRATED
 #define API_GRAPH_MEM_USED MXD_CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT
 #define API_GRAPH_MEM_RESERVED MXD_CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT
+#define API_PEER_ACCESS_ALREADY_ENABLED MXD_CU_ERROR_PEER_ACCESS_ALREADY_ENABLED
+#define API_MEMPOOL_ATTR_RELEASE_THRESHOLD MXD_CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+#define API_MEM_LOCATION_TYPE_DEVICE MXD_CU_MEM_LOCATION_TYPE_DEVICE
+#define API_MEM_ACCESS_READWRITE MXD_CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 
 /* ---- Results ------------------------------------------------------------ */
 
@@ -247,6 +257,14 @@ static mxd_status api_device_architecture(api_device *d, char *buf, size_t size,
     if (st == MXD_OK)
         snprintf(buf, size, "sm_%d%d", major, minor);
     return st;
+}
+
+/* Under api_enter(d): d's primary context may reach the memory of peer's
+ * from now on (peer access is a property of the context, not the device).
+ * The driver's result as it is (PEER_ACCESS_ALREADY_ENABLED included). */
+static cu_result api_enable_peer(api_device *peer)
+{
+    return drv.cuCtxEnablePeerAccess(peer->context, 0);
 }
 
 /* ---- Mapped memory and stream memory operations ------------------------- */

@@ -21,6 +21,8 @@
 typedef hip_stream gpu_stream;
 typedef hip_event gpu_event;
 typedef hip_result gpu_result;
+typedef hip_mempool gpu_mempool;
+typedef hip_mem_access_desc gpu_mem_access_desc;
 
 typedef struct api_device {
     int handle; /* HIP names devices by their ordinal */
@@ -58,6 +60,10 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_launch_host_fn hipLaunchHostFunc
 #define API_add_callback hipStreamAddCallback
 #define API_wait_value hipStreamWaitValue64
+#define API_enable_peer hipDeviceEnablePeerAccess
+#define API_default_mem_pool hipDeviceGetDefaultMemPool
+#define API_mem_pool_set_attribute hipMemPoolSetAttribute
+#define API_mem_pool_set_access hipMemPoolSetAccess
 #define API_MEM_OPS_ATTRIBUTE "hipDeviceAttributeCanUseStreamWaitValue"
 /* api_wait_value's conditions: equal; at least (wrap-safe:
  * (int64_t)(*addr - value) >= 0). */
@@ -85,6 +91,12 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_ATTRIBUTE_INTEGRATED MXD_HIP_DEVICE_ATTRIBUTE_INTEGRATED
 #define API_GRAPH_MEM_USED MXD_HIP_GRAPH_MEM_ATTR_USED_MEM_CURRENT
 #define API_GRAPH_MEM_RESERVED MXD_HIP_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT
+#define API_PEER_ACCESS_ALREADY_ENABLED                                        \
+    MXD_HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED
+#define API_MEMPOOL_ATTR_RELEASE_THRESHOLD                                     \
+    MXD_HIP_MEMPOOL_ATTR_RELEASE_THRESHOLD
+#define API_MEM_LOCATION_TYPE_DEVICE MXD_HIP_MEM_LOCATION_TYPE_DEVICE
+#define API_MEM_ACCESS_READWRITE MXD_HIP_MEM_ACCESS_FLAGS_PROT_READWRITE
 
 /* ---- Results ------------------------------------------------------------ */
 
@@ -206,6 +218,14 @@ static mxd_status api_device_architecture(api_device *d, char *buf, size_t size,
     }
     free(props);
     return st;
+}
+
+/* Under api_enter(d): the current device, d, may reach peer's memory from
+ * now on.  The runtime's result as it is (PeerAccessAlreadyEnabled
+ * included). */
+static hip_result api_enable_peer(api_device *peer)
+{
+    return drv.hipDeviceEnablePeerAccess(peer->handle, 0);
 }
 
 /* ---- Mapped memory and stream memory operations ------------------------- */

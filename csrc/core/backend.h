@@ -94,6 +94,12 @@ struct mxd_backend {
                          mxd_error *err);
     mxd_status (*can_access)(const mxd_device *dev, const mxd_device *peer,
                              bool *out, mxd_error *err);
+    /* Optional (NULL: the backend has no peer access to enable).  dev may
+     * reach peer's memory directly from now on, the memory of peer's
+     * memory pool included; both are of this backend and can_access(dev,
+     * peer) is true.  Enabling what is enabled already succeeds. */
+    mxd_status (*enable_peer)(mxd_device *dev, mxd_device *peer,
+                              mxd_error *err);
     mxd_status (*features)(const mxd_device *dev, mxd_device_features *out,
                            mxd_error *err);
 

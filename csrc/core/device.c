@@ -147,6 +147,46 @@ mxd_status mxd_device_can_access(const mxd_device *dev, const mxd_device *peer,
     return dev->ops->can_access(dev, peer, out, err);
 }
 
+/* Lets accelerator `from` reach accelerator `to`'s memory where the driver
+ * allows it; a failure names the pair. */
+static mxd_status enable_peer(int from, int to, mxd_error *err)
+{
+    mxd_device *dev, *peer;
+    bool can = false;
+    mxd_status st = mxd_accelerator(from, &dev, err);
+    if (st == MXD_OK)
+        st = mxd_accelerator(to, &peer, err);
+    if (st == MXD_OK)
+        st = mxd_device_can_access(dev, peer, &can, err);
+    if (st != MXD_OK || !can || !dev->ops->enable_peer)
+        return st;
+    st = dev->ops->enable_peer(dev, peer, err);
+    if (st != MXD_OK && err) {
+        char reason[sizeof err->message];
+        memcpy(reason, err->message, sizeof reason);
+        snprintf(err->message, sizeof err->message,
+                 "failed to enable peer access from %s accelerator %d to "
+                 "accelerator %d: %.400s",
+                 dev->ops->api, from, to, reason);
+    }
+    return st;
+}
+
+mxd_status mxd_enable_all_peer_access(mxd_error *err)
+{
+    /* The hardware's accelerators, in virtual device mode too: devices
+     * opened before the mode keep driving them (virtual devices themselves
+     * cannot access each other). */
+    int count = mxd_accelerator_count();
+    for (int from = 0; from < count; from++)
+        for (int to = 0; to < count; to++) {
+            mxd_status st = from == to ? MXD_OK : enable_peer(from, to, err);
+            if (st != MXD_OK)
+                return st;
+        }
+    return MXD_OK;
+}
+
 mxd_queue *mxd_device_default_queue(mxd_device *dev, mxd_error *err)
 {
     if (mxd_device_check(dev, err) != MXD_OK)

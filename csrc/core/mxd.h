@@ -137,6 +137,12 @@ mxd_status mxd_device_max_alloc(const mxd_device *dev, uint64_t *out,
                                 mxd_error *err);
 mxd_status mxd_device_can_access(const mxd_device *dev, const mxd_device *peer,
                                  bool *out, mxd_error *err);
+/* Enables peer access for every ordered pair of the backend's accelerators
+ * for which mxd_device_can_access is true, so that each reaches the
+ * other's memory directly (memory pools included).  Idempotent; nothing to
+ * do with fewer than two accelerators.  A failure leaves the pairs enabled
+ * before it enabled. */
+mxd_status mxd_enable_all_peer_access(mxd_error *err);
 /* The device's default queue; borrowed, lives as long as the device. */
 mxd_queue *mxd_device_default_queue(mxd_device *dev, mxd_error *err);
 mxd_status mxd_device_synchronize(mxd_device *dev, const mxd_wait *wait,

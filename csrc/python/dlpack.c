@@ -1268,12 +1268,18 @@ PyObject *binding_buffer_cuda_array_interface(PyObject *self, void *closure)
     PyObject *stream_obj =
         strides ? (stream ? PyLong_FromSize_t(stream) : Py_NewRef(Py_None))
                 : NULL;
-    uintptr_t data = mxd_memory_device_ptr(b->memory) + (uintptr_t)b->offset;
+    /* Version 3: the pointer of a zero-size array is 0, and memory nothing
+     * of ours may write (a read-only import) is flagged read-only. */
+    uintptr_t data =
+        binding_buffer_count(b) == 0
+            ? 0
+            : mxd_memory_device_ptr(b->memory) + (uintptr_t)b->offset;
+    PyObject *readonly = mxd_memory_is_readonly(b->memory) ? Py_True : Py_False;
     PyObject *cai =
         stream_obj
             ? Py_BuildValue("{s:N,s:s,s:(NO),s:i,s:N,s:N}", "shape", shape,
                             "typestr", typestr(buffer_dtype(b)), "data",
-                            PyLong_FromSize_t(data), Py_False, "version", 3,
+                            PyLong_FromSize_t(data), readonly, "version", 3,
                             "strides", strides, "stream", stream_obj)
             : NULL;
     if (cai == NULL) {

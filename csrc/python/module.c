@@ -54,6 +54,22 @@ static PyObject *backend_selection(PyObject *module, PyObject *unused)
     return list;
 }
 
+/* Driver calls that may take a while (enabling peer access maps every
+ * allocation of the peer): without the GIL. */
+static PyObject *enable_all_peer_access(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    mxd_error err;
+    mxd_status status;
+    Py_BEGIN_ALLOW_THREADS
+        status = mxd_enable_all_peer_access(&err);
+    Py_END_ALLOW_THREADS
+    if (status != MXD_OK)
+        return binding_raise(&err);
+    Py_RETURN_NONE;
+}
+
 static PyObject *cleanup_failures(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -78,6 +94,15 @@ static PyMethodDef module_methods[] = {
                  "How the accelerator backend was chosen at import: one dict "
                  "per backend considered, in order, with keys api, library, "
                  "loaded, device_count, error and chosen.")},
+    {"enable_all_peer_access", enable_all_peer_access, METH_NOARGS,
+     BINDING_DOC("enable_all_peer_access", "()",
+                 "Enables peer access between every pair of accelerators "
+                 "whose driver allows it (Device.can_access), in both "
+                 "directions, and grants each such peer access to the "
+                 "device's memory pool. Idempotent; nothing to do with "
+                 "fewer than two accelerators. ValueError naming the "
+                 "driver's error if enabling fails; RuntimeError if the "
+                 "driver lacks the entry point.")},
     {"begin_launch_trace", binding_begin_launch_trace, METH_NOARGS,
      BINDING_DOC("begin_launch_trace", "()",
                  "Starts recording, process-wide, every copy and fill any "

@@ -10,15 +10,11 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-# Importable but deliberately not in __all__.  Names starting with "__" are
-# only mangled inside class bodies, so this module-level import is literal.
+# __version__, HostHazardCompletion and __unsafe_pack_py_host_func are
+# importable but deliberately not in __all__ (HostHazardCompletion lives in
+# max._core.driver as in MAX, SPEC §12.6).  Names starting with "__" are
+# only mangled inside class bodies, so the module-level import is literal.
 from max._core import __version__ as __version__
-from max._core.driver import (
-    __unsafe_pack_py_host_func as __unsafe_pack_py_host_func,
-)
-
-# Hazard records (SPEC §12.6).  HostHazardCompletion lives in max._core.driver
-# as in MAX, and is importable from here too.
 from max._core.driver import (
     HostHazardCompletion as HostHazardCompletion,
 )
@@ -26,6 +22,10 @@ from max._core.driver import (
     HostHazardError,
     batch_inplace_copy,
     copy_pinned_to_destinations,
+    enable_all_peer_access,
+)
+from max._core.driver import (
+    __unsafe_pack_py_host_func as __unsafe_pack_py_host_func,
 )
 
 from .driver import (
@@ -88,6 +88,7 @@ __all__ = [
     "calculate_virtual_device_count_from_cli",
     "copy_pinned_to_destinations",
     "devices_exist",
+    "enable_all_peer_access",
     "get_virtual_cpu_target",
     "get_virtual_device_api",
     "get_virtual_device_count",

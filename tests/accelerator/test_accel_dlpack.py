@@ -572,6 +572,28 @@ def test_cuda_array_interface(acc, api):
     assert not hasattr(Buffer.zeros((1,), DType.int8), "__cuda_array_interface__")
 
 
+@pytest.mark.parametrize(
+    "usage", [Usage.DEFAULT, Usage.STAGING], ids=["device", "pinned"]
+)
+def test_cuda_array_interface_of_empty_buffers(acc, api, usage):
+    """Version 3: the data pointer of a zero-size array is 0 (the memory
+    behind it, which we allocate at least a byte of, is nobody's business),
+    whatever makes it empty: its shape or a view."""
+    if api != "cuda":
+        pytest.skip("__cuda_array_interface__ is CUDA's")
+    for shape in [(0,), (3, 0), (0, 4)]:
+        cai = Buffer(DType.float32, shape, acc, usage).__cuda_array_interface__
+        assert cai["shape"] == shape
+        assert cai["data"] == (0, False), (shape, cai)
+    buf = Buffer.zeros((4, 8), DType.float32, acc, usage)
+    for view in (buf[2:2, :], buf[:, 8:], buf[1, 3:3]):
+        assert view.num_elements == 0
+        assert view.__cuda_array_interface__["data"] == (0, False)
+    one = buf[3:4, 7:8]  # one element: the pointer again
+    assert one.__cuda_array_interface__["data"] == (one._data_ptr(), False)
+    assert one._data_ptr() != 0
+
+
 # --------------------------------------------------------------------------
 # Buffer.from_dlpack of accelerator memory
 
