@@ -65,6 +65,16 @@ static PyObject *enable_all_peer_access(PyObject *module, PyObject *unused)
     Py_BEGIN_ALLOW_THREADS
         status = mxd_enable_all_peer_access(&err);
     Py_END_ALLOW_THREADS
+    if (status == MXD_DRIVER) {
+        /* RuntimeError, as MAX documents for this call (a driver failure
+         * is a ValueError everywhere else, SPEC 8). */
+        PyObject *text = binding_error_text(&err);
+        if (text) {
+            PyErr_SetObject(PyExc_RuntimeError, text);
+            Py_DECREF(text);
+        }
+        return NULL;
+    }
     if (status != MXD_OK)
         return binding_raise(&err);
     Py_RETURN_NONE;
@@ -100,9 +110,9 @@ static PyMethodDef module_methods[] = {
                  "whose driver allows it (Device.can_access), in both "
                  "directions, and grants each such peer access to the "
                  "device's memory pool. Idempotent; nothing to do with "
-                 "fewer than two accelerators. ValueError naming the "
-                 "driver's error if enabling fails; RuntimeError if the "
-                 "driver lacks the entry point.")},
+                 "fewer than two accelerators. RuntimeError (as MAX) "
+                 "naming the driver's error if enabling fails, or the "
+                 "entry point the driver lacks.")},
     {"begin_launch_trace", binding_begin_launch_trace, METH_NOARGS,
      BINDING_DOC("begin_launch_trace", "()",
                  "Starts recording, process-wide, every copy and fill any "

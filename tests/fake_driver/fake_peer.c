@@ -38,22 +38,32 @@ static pthread_mutex_t fake_peer_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool *fake_peer;                       /* [dev * n + peer] */
 static struct CUmemPoolHandle_st *fake_pools; /* [dev] */
 
-/* Makes the tables on first use (NULL: out of memory). */
+/* Makes the tables on first use (false: out of memory, nothing made). */
 static bool fake_peer_tables(void)
 {
     int n = fake_cfg()->devices;
     if (fake_peer != NULL)
         return true;
-    fake_peer = calloc((size_t)n * (size_t)n + 1, sizeof *fake_peer);
-    fake_pools = calloc((size_t)n + 1, sizeof *fake_pools);
-    for (int d = 0; fake_pools != NULL && d < n; d++) {
-        fake_pools[d].device = d;
-        fake_pools[d].access = calloc((size_t)n + 1, sizeof(bool));
-        if (fake_pools[d].access == NULL)
-            return false;
-        fake_pools[d].access[d] = true;
+    bool *peer = calloc((size_t)n * (size_t)n + 1, sizeof *peer);
+    struct CUmemPoolHandle_st *pools = calloc((size_t)n + 1, sizeof *pools);
+    bool ok = peer != NULL && pools != NULL;
+    for (int d = 0; ok && d < n; d++) {
+        pools[d].device = d;
+        pools[d].access = calloc((size_t)n + 1, sizeof(bool));
+        ok = pools[d].access != NULL;
+        if (ok)
+            pools[d].access[d] = true;
     }
-    return fake_peer != NULL && fake_pools != NULL;
+    if (!ok) {
+        for (int d = 0; pools != NULL && d < n; d++)
+            free(pools[d].access);
+        free(pools);
+        free(peer);
+        return false;
+    }
+    fake_pools = pools;
+    fake_peer = peer;
+    return true;
 }
 
 static unsigned fake_enable_peer(int dev, int peer)
