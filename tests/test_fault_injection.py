@@ -214,7 +214,7 @@ STRICT_TYPES = {
     "is_ready": "ValueError",
     "is_ready_new": "ValueError",
     "is_ready_gated": "ValueError",
-    "enable_peer": "ValueError",  # a driver failure (SPEC §8)
+    "enable_peer": "RuntimeError",  # a driver failure, as MAX documents it
     # "RuntimeError if ... the driver rejects the enqueue"
     "wait_value": "RuntimeError",
     "wait_value_async": "RuntimeError",
