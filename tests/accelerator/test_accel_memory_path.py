@@ -379,3 +379,51 @@ def test_staging_with_small_chunks_and_several_host_threads(run_acc_py):
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str((2, 1 << 20))
+
+
+# ---- Pinned allocations and the driver's limits --------------------------------
+
+
+def test_flags_and_queues_while_a_queue_is_gated(acc, fake, gate, rec):
+    """Allocating pinned memory may synchronize the device (the fake makes
+    it wait for every stream): flags and queues beyond the first slab of
+    slots come from the reserve made when the device opened, never from the
+    driver, so making them while a queue is gated does not wait for it."""
+    q = DeviceQueue(acc)
+    before = fake.live("host_alloc")
+    flag = held(q, gate, rec, "held")
+    flags = returns_promptly(lambda: [CompletionFlag(acc) for _ in range(1100)])
+    queues = returns_promptly(lambda: [DeviceQueue(acc) for _ in range(40)])
+    assert fake.live("host_alloc") == before
+    assert not rec.has("held")
+    flag.signal(1)
+    assert rec.wait("held", WAIT)
+    del flags, queues
+
+
+MAX_PITCH_CHILD = r"""
+import numpy as np
+from max.driver import Accelerator, Buffer, DeviceQueue
+from max.dtype import DType
+
+acc = Accelerator(0)
+q = DeviceQueue(acc)
+ref = np.arange(64 * 2048, dtype=np.int32).reshape(64, 2048)  # 8 KiB rows
+dev = Buffer(DType.int32, ref.shape, q)
+dev.inplace_copy_from(Buffer.from_numpy(ref))
+col = dev[:, 5].to_numpy()  # rows 8 KiB apart
+sub = dev[:, 1:3].copy(q)  # a 2-D copy would have pitch 8 KiB
+q.synchronize()
+ok = np.array_equal(col, ref[:, 5]) and np.array_equal(sub.to_numpy(), ref[:, 1:3])
+print("OK" if ok else "BAD")
+"""
+
+
+def test_copies_respect_the_maximum_pitch(run_acc_py, fake):
+    """With a maximum pitch of 4 KiB, strided copies whose rows lie 8 KiB
+    apart move row by row or through the host, never as a 2-D copy the
+    driver refuses."""
+    r = run_acc_py(MAX_PITCH_CHILD, FAKE_GPU_MAX_PITCH="4096")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "OK", r.stdout + r.stderr
+    assert "violation" not in r.stderr, r.stderr
