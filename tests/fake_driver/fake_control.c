@@ -114,6 +114,8 @@ static void fake_init(void)
         cfg->queue_depth = 1;
     cfg->stream_mem_ops = (int)fake_env_int("FAKE_GPU_STREAM_MEM_OPS", 1) != 0;
     cfg->memory_pools = (int)fake_env_int("FAKE_GPU_MEMORY_POOLS", 1) != 0;
+    cfg->cross_device_events =
+        fake_env_int("FAKE_GPU_CROSS_DEVICE_EVENTS", 1) != 0;
     fake_arm_from_env();
 }
 

@@ -700,7 +700,15 @@ unsigned fake_event_record(void *eh, void *sh)
     }
     fake_event *e = fake_find_event(eh);
     if (e == NULL || e->device != s->device) {
-        /* CUDA: event and stream must belong to the same context. */
+        /* Event and stream must belong to the same context (CUDA) or
+         * device (HIP): a backend that does this has lost track of a
+         * device, so it is a violation too. */
+        if (e != NULL && fake_cfg()->cross_device_events)
+            fake_violation("%s: an event of device %d recorded on a stream "
+                           "of device %d; real drivers refuse it "
+                           "(CUDA_ERROR_INVALID_HANDLE / "
+                           "hipErrorInvalidHandle)",
+                           it->entry, e->device, s->device);
         pthread_mutex_unlock(&fake_lock);
         free(it);
         free(m);

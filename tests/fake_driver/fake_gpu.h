@@ -141,6 +141,9 @@ typedef struct fake_config {
     long long queue_depth; /* pending items a stream takes before it blocks */
     int stream_mem_ops; /* 0: no cuStreamWaitValue64 / hipStreamWaitValue64 */
     int memory_pools;   /* 0: no stream-ordered allocation */
+    /* The real-driver rules that can be turned off (README, "Real-driver
+     * rules"): each is on unless its variable is 0. */
+    int cross_device_events; /* a cross-device event record is a violation */
 } fake_config;
 
 const fake_config *fake_cfg(void);
