@@ -116,6 +116,7 @@ static void fake_init(void)
     cfg->memory_pools = (int)fake_env_int("FAKE_GPU_MEMORY_POOLS", 1) != 0;
     cfg->cross_device_events =
         fake_env_int("FAKE_GPU_CROSS_DEVICE_EVENTS", 1) != 0;
+    cfg->context_check = fake_env_int("FAKE_GPU_CONTEXT_CHECK", 1) != 0;
     fake_arm_from_env();
 }
 

@@ -366,6 +366,16 @@ void fake_stream_retire(void *h)
     pthread_mutex_unlock(&fake_lock);
 }
 
+bool fake_stream_device(void *h, int *device)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_stream *s = fake_find_stream(h);
+    if (s != NULL)
+        *device = s->device;
+    pthread_mutex_unlock(&fake_lock);
+    return s != NULL;
+}
+
 unsigned fake_stream_query(void *h)
 {
     pthread_mutex_lock(&fake_lock);

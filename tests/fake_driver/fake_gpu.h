@@ -144,6 +144,7 @@ typedef struct fake_config {
     /* The real-driver rules that can be turned off (README, "Real-driver
      * rules"): each is on unless its variable is 0. */
     int cross_device_events; /* a cross-device event record is a violation */
+    int context_check; /* CUDA enqueues need the stream's context current */
 } fake_config;
 
 const fake_config *fake_cfg(void);
@@ -196,6 +197,8 @@ enum fake_special {
 unsigned fake_special_stream(enum fake_special which, int device, void **out);
 /* Destroys a special stream (its pending work still completes). */
 void fake_stream_retire(void *stream);
+/* The device of the stream a handle names; false when it names none. */
+bool fake_stream_device(void *stream, int *device);
 unsigned fake_stream_query(void *stream);
 unsigned fake_stream_synchronize(void *stream);
 unsigned fake_stream_wait_event(void *stream, void *event);

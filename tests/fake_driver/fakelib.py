@@ -181,6 +181,29 @@ hipMemcpyDtoDAsync hipMemcpyPeerAsync hipMemcpy2DAsync hipMemsetD8Async
 hipMemsetD16Async hipMemsetD32Async hipPointerGetAttribute""".split()
 
 
+class Memcpy2D(ctypes.Structure):
+    """CUDA_MEMCPY2D (cu_memcpy2d)."""
+
+    _fields_ = [
+        ("srcXInBytes", ctypes.c_size_t),
+        ("srcY", ctypes.c_size_t),
+        ("srcMemoryType", ctypes.c_uint),
+        ("srcHost", ctypes.c_void_p),
+        ("srcDevice", ctypes.c_uint64),
+        ("srcArray", ctypes.c_void_p),
+        ("srcPitch", ctypes.c_size_t),
+        ("dstXInBytes", ctypes.c_size_t),
+        ("dstY", ctypes.c_size_t),
+        ("dstMemoryType", ctypes.c_uint),
+        ("dstHost", ctypes.c_void_p),
+        ("dstDevice", ctypes.c_uint64),
+        ("dstArray", ctypes.c_void_p),
+        ("dstPitch", ctypes.c_size_t),
+        ("WidthInBytes", ctypes.c_size_t),
+        ("Height", ctypes.c_size_t),
+    ]
+
+
 def load(path: Path | str) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     for name, args in SIGNATURES.items():

@@ -771,7 +771,8 @@ def test_callbacks_of_a_device_run_on_one_thread(api):
     assert ran == ["a"] and api.query(b) == NOT_READY
     assert api.event_query(after) == NOT_READY
     # Another device has a callback thread of its own.
-    api.host_fn(c, lambda: note(1, "c"))
+    with api.on_device(1):
+        api.host_fn(c, lambda: note(1, "c"))
     assert api.sync(c) == SUCCESS and ran == ["a", "c"]
     release.set()
     assert api.sync(b) == SUCCESS and api.sync(a) == SUCCESS
@@ -946,7 +947,10 @@ flag, release = api.value_gate(s)  # pending item 1
 for _ in range(3):  # 2 to 4: the queue is full
     assert api.host_fn(s, lambda: None) == 0
 done = []
-th = threading.Thread(target=lambda: done.append(api.host_fn(s, lambda: None)))
+def enqueue():
+    with api.on_device(0):  # CUDA: the stream's context, on this thread too
+        done.append(api.host_fn(s, lambda: None))
+th = threading.Thread(target=enqueue)
 th.start()
 time.sleep(0.3)
 out["blocked"] = not done

@@ -32,6 +32,7 @@ from .fakelib import (
     TESTS_DIR,
     WAIT,
     Ctx,
+    Memcpy2D,
     P,
     gate,
     ref,
@@ -66,29 +67,6 @@ def take_violations(lib):
     v = violations(lib)
     lib.fake_gpu_clear_violations()
     return v
-
-
-class Memcpy2D(ctypes.Structure):
-    """CUDA_MEMCPY2D (cu_memcpy2d)."""
-
-    _fields_ = [
-        ("srcXInBytes", ctypes.c_size_t),
-        ("srcY", ctypes.c_size_t),
-        ("srcMemoryType", ctypes.c_uint),
-        ("srcHost", ctypes.c_void_p),
-        ("srcDevice", ctypes.c_uint64),
-        ("srcArray", ctypes.c_void_p),
-        ("srcPitch", ctypes.c_size_t),
-        ("dstXInBytes", ctypes.c_size_t),
-        ("dstY", ctypes.c_size_t),
-        ("dstMemoryType", ctypes.c_uint),
-        ("dstHost", ctypes.c_void_p),
-        ("dstDevice", ctypes.c_uint64),
-        ("dstArray", ctypes.c_void_p),
-        ("dstPitch", ctypes.c_size_t),
-        ("WidthInBytes", ctypes.c_size_t),
-        ("Height", ctypes.c_size_t),
-    ]
 
 
 HOST, DEVICE, ARRAY = 1, 2, 3
@@ -289,9 +267,12 @@ def test_round_trip_through_pageable_memory_is_synchronous(api):
     src = ctypes.create_string_buffer(data, 1024)
     flag, release = api.value_gate(s)
     done = []
-    t = threading.Thread(
-        target=lambda: done.append(api.h2d(d, ctypes.addressof(src), 1024, s))
-    )
+
+    def copy():
+        with api.on_device(0):  # CUDA: the stream's context on this thread
+            done.append(api.h2d(d, ctypes.addressof(src), 1024, s))
+
+    t = threading.Thread(target=copy)
     t.start()
     time.sleep(0.1)
     assert done == []  # waits for the stream's earlier work
@@ -379,7 +360,7 @@ def test_peer_copies(api):
     assert api.sync(s) == SUCCESS
     with api.on_device(1):
         other = api.stream()
-    assert read_back(api, b, 512, other) == pattern(512)
+        assert read_back(api, b, 512, other) == pattern(512)
     if api.api == "cuda":
         bogus = api.lib.cuMemcpyPeerAsync(b, P(12345), a, P(12345), 512, s)
         assert bogus == INVALID_CONTEXT
