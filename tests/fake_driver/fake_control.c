@@ -117,6 +117,8 @@ static void fake_init(void)
     cfg->cross_device_events =
         fake_env_int("FAKE_GPU_CROSS_DEVICE_EVENTS", 1) != 0;
     cfg->context_check = fake_env_int("FAKE_GPU_CONTEXT_CHECK", 1) != 0;
+    cfg->host_copy_sync = fake_env_int("FAKE_GPU_HOST_COPY_SYNC", 1) != 0;
+    cfg->pinned_alloc_sync = fake_env_int("FAKE_GPU_PINNED_ALLOC_SYNC", 1) != 0;
     fake_arm_from_env();
 }
 

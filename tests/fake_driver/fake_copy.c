@@ -8,7 +8,8 @@
  * fails the stream with ILLEGAL_ADDRESS, as a GPU faults.  Pageable host
  * memory cannot be read by a DMA engine later, so the real drivers stage
  * it; the fake models the strictest case: the call waits until the stream
- * has finished its earlier work, copies, and returns. */
+ * has finished its earlier work, copies, and returns.  A copy between host
+ * memory (pinned or not) is synchronous the same way, as CUDA documents. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,18 +192,33 @@ void fake_transfer_run(fake_stream *s, fake_item *it, unsigned err)
         fake_execute(s, it->entry, &it->u.xfer);
 }
 
-/* The synchronous case (pageable host memory): after the stream's earlier
- * work, in the caller's thread, as the stream's next item. */
-static unsigned fake_run_now(fake_stream *s, const char *entry,
+/* Why a transfer must run in the call, or NULL when it is a stream item:
+ * pageable host memory, which no DMA engine can read later, or (a copy
+ * with) host memory on both sides, pinned or not: CUDA's "API
+ * synchronization behavior" makes a host-to-host copy synchronous. */
+static const char *fake_synchronous(const fake_transfer *x)
+{
+    bool copy = x->fill_size == 0;
+    if (x->dst.kind == FAKE_SPAN_PAGEABLE ||
+        (copy && x->src.kind == FAKE_SPAN_PAGEABLE))
+        return "with pageable host memory";
+    if (copy && fake_cfg()->host_copy_sync && x->dst.kind != FAKE_SPAN_DEVICE &&
+        x->src.kind != FAKE_SPAN_DEVICE)
+        return "between host memory";
+    return NULL;
+}
+
+/* The synchronous case (fake_synchronous says why): after the stream's
+ * earlier work, in the caller's thread, as the stream's next item. */
+static unsigned fake_run_now(fake_stream *s, const char *entry, const char *why,
                              const fake_transfer *x)
 {
     s->refs++;              /* it may be destroyed meanwhile */
     fake_implicit_waits(s); /* so that draining s covers them */
     if (!fake_drain_stream(s))
-        fake_violation("%s with pageable host memory would deadlock: its "
-                       "stream is still busy after %d s; a real driver "
-                       "hangs here",
-                       entry, fake_cfg()->hang_seconds);
+        fake_violation("%s %s would deadlock: its stream is still busy "
+                       "after %d s; a real driver hangs here",
+                       entry, why, fake_cfg()->hang_seconds);
     if (s->pending_fault != 0) {
         s->sticky = s->pending_fault;
         s->pending_fault = 0;
@@ -235,9 +251,9 @@ static unsigned fake_submit(void *stream, fake_transfer *x,
     if (rc == FAKE_E_OK && (!fake_valid_extent(x, &x->dst) ||
                             (src != NULL && !fake_valid_extent(x, &x->src))))
         rc = FAKE_E_INVALID_VALUE;
-    if (rc == FAKE_E_OK && (x->dst.kind == FAKE_SPAN_PAGEABLE ||
-                            (src != NULL && x->src.kind == FAKE_SPAN_PAGEABLE)))
-        rc = fake_run_now(s, it->entry, x);
+    const char *why = rc == FAKE_E_OK ? fake_synchronous(x) : NULL;
+    if (why != NULL)
+        rc = fake_run_now(s, it->entry, why, x);
     else if (rc == FAKE_E_OK) {
         it->type = FAKE_ITEM_TRANSFER;
         it->u.xfer = *x;

@@ -144,7 +144,9 @@ typedef struct fake_config {
     /* The real-driver rules that can be turned off (README, "Real-driver
      * rules"): each is on unless its variable is 0. */
     int cross_device_events; /* a cross-device event record is a violation */
-    int context_check; /* CUDA enqueues need the stream's context current */
+    int context_check;     /* CUDA enqueues need the stream's context current */
+    int host_copy_sync;    /* copies between host memory are synchronous */
+    int pinned_alloc_sync; /* pinned allocation synchronises the device */
 } fake_config;
 
 const fake_config *fake_cfg(void);

@@ -89,6 +89,10 @@ unsigned fake_host_alloc(int device, size_t bytes, bool mapped, void **host)
         a->refs = 1;
     }
     pthread_mutex_lock(&fake_lock);
+    /* Page-locking synchronises the device as freeing does (CUDA documents
+     * both as implicit synchronisation). */
+    if (a != NULL && fake_cfg()->pinned_alloc_sync)
+        fake_sync_device(device);
     if (a == NULL || !fake_charge(device, bytes)) {
         pthread_mutex_unlock(&fake_lock);
         free(a);

@@ -204,6 +204,9 @@ class Memcpy2D(ctypes.Structure):
     ]
 
 
+MEMORYTYPE_HOST, MEMORYTYPE_DEVICE = 1, 2
+
+
 def load(path: Path | str) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     for name, args in SIGNATURES.items():
@@ -399,6 +402,26 @@ class Api:
         d = ctypes.c_int(-1)
         fn = "cuPointerGetAttribute" if self.api == "cuda" else "hipPointerGetAttribute"
         return getattr(self.lib, fn)(ref(d), attribute, ptr), d.value
+
+    def copy_2d(self, dst, dst_pitch, src, src_pitch, width, height, s, kind):
+        """A 2-D copy; ``kind`` as hipMemcpyKind: bit 0 says the destination
+        is device memory, bit 1 the source (0 host to host ... 3 device to
+        device)."""
+        if self.api == "hip":
+            return self.lib.hipMemcpy2DAsync(
+                dst, dst_pitch, src, src_pitch, width, height, kind, s
+            )
+        c = Memcpy2D(WidthInBytes=width, Height=height)
+        for side, ptr, pitch, device in (
+            ("dst", dst, dst_pitch, kind & 1),
+            ("src", src, src_pitch, kind & 2),
+        ):
+            setattr(
+                c, side + "MemoryType", MEMORYTYPE_DEVICE if device else MEMORYTYPE_HOST
+            )
+            setattr(c, side + ("Device" if device else "Host"), ptr)
+            setattr(c, side + "Pitch", pitch)
+        return self.lib.cuMemcpy2DAsync_v2(ref(c), s)
 
     def wait_value(self, s, addr, value):
         if self.api == "cuda":

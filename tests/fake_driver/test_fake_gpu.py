@@ -912,8 +912,8 @@ def test_cuda_free_host_needs_a_context(lib):
 FREE_HANG = r"""
 api = t.child_api(lib, API)
 s = api.stream()
+other = api.host_alloc(8)  # before the gate: allocating would wait too
 flag, release = api.value_gate(s)  # waits for the host to set the flag
-other = api.host_alloc(8)
 t0 = time.monotonic()
 out["free_other"] = api.free_host(other)  # a real driver hangs here
 out["waited"] = time.monotonic() - t0

@@ -577,14 +577,15 @@ def test_pinned_range_beyond_its_allocation(api):
 def test_stream_ordered_allocation(api):
     lib = api.lib
     s, other = api.stream(), api.stream()
+    # Pinned memory first: allocating it waits for the device.
+    src, _ = pinned(api, pattern(256))
+    dst, view = pinned(api, bytes(256))
     flag, release = api.value_gate(s)
     base = lib.fake_gpu_live(b"device_alloc")
     rc, d = api.malloc_async(256, s)
     assert rc == SUCCESS and d % 256 == 0
     assert lib.fake_gpu_live(b"device_alloc") == base + 1  # charged at once
     assert api.pointer_device(d) == (SUCCESS, 0)
-    src, _ = pinned(api, pattern(256))
-    dst, view = pinned(api, bytes(256))
     assert api.h2d(d, src, 256, s) == SUCCESS  # after it on its stream: fine
     # Ordered after it through an event: fine too.
     e = api.event(DISABLE_TIMING)

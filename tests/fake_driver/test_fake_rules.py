@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 
 import pytest
 
@@ -20,12 +21,14 @@ from .fakelib import (
     HOST_FN,
     INVALID_CONTEXT,
     INVALID_HANDLE,
+    NOT_READY,
     SUCCESS,
     WAIT,
     WAIT_EQ,
     Ctx,
     Memcpy2D,
     P,
+    gate,
     ref,
     run_child,
     violations,
@@ -36,6 +39,53 @@ def take_violations(lib):
     v = violations(lib)
     lib.fake_gpu_clear_violations()
     return v
+
+
+def pattern(n, seed=1):
+    return bytes((i * 7 + seed) % 251 for i in range(n))
+
+
+def pinned(api, data):
+    """A pinned host buffer holding ``data``: (address, ctypes view)."""
+    host = api.host_alloc(len(data))
+    view = (ctypes.c_char * len(data)).from_address(host)
+    view[:] = data
+    return host, view
+
+
+def hold(api, s, flag):
+    """Holds stream ``s`` on the mapped pinned ``flag`` until the returned
+    release() (a gate that keeps the callback thread free)."""
+    word = ctypes.c_uint64.from_address(flag)
+    word.value = 0
+    _, dev = api.device_ptr(flag)
+    assert api.wait_value(s, dev, 1) == SUCCESS
+
+    def release():
+        word.value = 1
+
+    return release
+
+
+def returns_late(api, call, release, not_yet=0.1):
+    """Runs ``call`` in a thread with device 0 current: it must not have
+    returned after ``not_yet`` s, and must return once ``release()`` ran.
+    Its result."""
+    done = []
+
+    def run():
+        with api.on_device(0):
+            done.append(call())
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(not_yet)
+    early = list(done)
+    release()
+    t.join(WAIT)
+    assert early == [], "returned before the stream's earlier work was done"
+    assert len(done) == 1, "did not return after the release"
+    return done[0]
 
 
 # --------------------------------------------------------------------------
@@ -239,3 +289,149 @@ def test_context_check_can_be_turned_off(lib_path):
         "sync": SUCCESS,
         "violations": [],
     }
+
+
+# --------------------------------------------------------------------------
+# Rule 10: a copy between host memory is synchronous
+
+
+def host_copies(api, dst, src, n):
+    """Copies of ``n`` bytes from the pinned buffer ``src`` into the pinned
+    buffer ``dst``, each through another entry point or view, with both
+    sides host memory: {name: call(stream)}."""
+    _, dst_dev = api.device_ptr(dst)
+    _, src_dev = api.device_ptr(src)
+    return {
+        "h2d into a device view": lambda s: api.h2d(dst_dev, src, n, s),
+        "d2h from a device view": lambda s: api.d2h(dst, src_dev, n, s),
+        "d2d between device views": lambda s: api.d2d(dst_dev, src_dev, n, s),
+        "2-D between host views": lambda s: api.copy_2d(dst, n, src, n, n, 1, s, 0),
+        "2-D between device views": lambda s: api.copy_2d(
+            dst_dev, n, src_dev, n, n, 1, s, 3
+        ),
+    }
+
+
+def test_copies_between_host_memory_are_synchronous(api):
+    s, n = api.stream(), 256
+    src, _ = pinned(api, pattern(n))
+    dst, view = pinned(api, bytes(n))
+    flag = api.host_alloc(8)
+    for seed, (what, copy) in enumerate(host_copies(api, dst, src, n).items()):
+        ctypes.memmove(src, pattern(n, seed), n)
+        release = hold(api, s, flag)
+        assert returns_late(api, lambda c=copy: c(s), release) == SUCCESS, what
+        assert view.raw == pattern(n, seed), what  # done when it returns
+    # A pageable side: the older rule, synchronous too.
+    pageable = ctypes.create_string_buffer(pattern(n, 9), n)
+    _, dst_dev = api.device_ptr(dst)
+    release = hold(api, s, flag)
+    rc = returns_late(
+        api, lambda: api.h2d(dst_dev, ctypes.addressof(pageable), n, s), release
+    )
+    assert rc == SUCCESS and view.raw == pattern(n, 9)
+    # A side in device memory keeps a copy asynchronous.
+    rc, d = api.malloc(n)
+    assert rc == SUCCESS
+    release = hold(api, s, flag)
+    assert api.h2d(d, src, n, s) == SUCCESS  # returns at once
+    assert api.query(s) == NOT_READY
+    release()
+    assert api.sync(s) == SUCCESS
+    assert api.free(d) == SUCCESS
+    for h in (src, dst, flag):
+        assert api.free_host(h) == SUCCESS
+    api.destroy(s)
+
+
+# --------------------------------------------------------------------------
+# Rule 11: pinned allocation synchronises its device
+
+
+def test_pinned_allocation_synchronizes_its_device(api):
+    s = api.stream()
+    release, blocker = gate()
+    api.host_fn(s, blocker)
+    with api.on_device(1):
+        far = api.host_alloc(8)  # device 1 is idle: at once
+
+    near = returns_late(api, lambda: api.host_alloc(8), release.set)
+    assert near
+    with api.on_device(1):
+        assert api.free_host(far) == SUCCESS
+    assert api.free_host(near) == SUCCESS
+    api.destroy(s)
+
+
+HANGS = r"""
+api = t.child_api(lib, API)
+s = api.stream()
+src, dst = api.host_alloc(64), api.host_alloc(64)
+_, dst_dev = api.device_ptr(dst)
+flag, release = api.value_gate(s)  # waits for the host to set the flag
+t0 = time.monotonic()
+out["copy"] = api.h2d(dst_dev, src, 64, s)  # a real driver hangs here
+out["alloc"] = bool(api.host_alloc(8))  # and here
+out["waited"] = time.monotonic() - t0
+out["violations"] = t.violations(lib)
+release()
+out["sync"] = api.sync(s)
+"""
+
+
+@pytest.mark.parametrize("api_name", ["cuda", "hip"])
+def test_host_copies_and_pinned_allocation_would_hang(lib_path, api_name):
+    out, err = run_child(
+        lib_path, f"API = {api_name!r}\n" + HANGS, FAKE_GPU_HANG_SECONDS=1
+    )
+    copy, alloc = (
+        ("cuMemcpyHtoDAsync", "cuMemHostAlloc")
+        if api_name == "cuda"
+        else ("hipMemcpyHtoDAsync", "hipHostMalloc")
+    )
+    assert out["copy"] == out["sync"] == SUCCESS and out["alloc"] is True
+    assert out["waited"] >= 1.9
+    assert out["violations"] == [
+        f"{copy} between host memory would deadlock: its stream is still busy "
+        "after 1 s; a real driver hangs here",
+        f"{alloc} would deadlock: device 0 still busy after 1 s; a real "
+        "driver hangs here",
+    ]
+    assert "fake_gpu: violation: " in err
+
+
+RULES_OFF = r"""
+for name in ("cuda", "hip"):
+    api = t.child_api(lib, name)
+    s = api.stream()
+    src, dst = api.host_alloc(64), api.host_alloc(64)
+    _, dst_dev = api.device_ptr(dst)
+    ctypes.memmove(src, b"x" * 64, 64)
+    flag, release = api.value_gate(s)
+    t0 = time.monotonic()
+    copy = api.h2d(dst_dev, src, 64, s)  # queued behind the gate
+    queued = api.query(s) == t.NOT_READY
+    alloc = bool(api.host_alloc(8))  # at once
+    waited = time.monotonic() - t0
+    e = api.event(t.DISABLE_TIMING)
+    with api.on_device(1):
+        s1 = api.stream()
+        record = api.record(e, s1)  # refused, not a violation
+    release()
+    out[name] = [copy, queued, alloc, waited < 0.5, record, api.sync(s),
+                 ctypes.string_at(dst, 64) == b"x" * 64]
+out["violations"] = t.violations(lib)
+"""
+
+
+def test_rules_can_be_turned_off(lib_path):
+    out, _ = run_child(
+        lib_path,
+        RULES_OFF,
+        FAKE_GPU_HANG_SECONDS=1,
+        FAKE_GPU_HOST_COPY_SYNC=0,
+        FAKE_GPU_PINNED_ALLOC_SYNC=0,
+        FAKE_GPU_CROSS_DEVICE_EVENTS=0,
+    )
+    expected = [SUCCESS, True, True, True, INVALID_HANDLE, SUCCESS, True]
+    assert out == {"cuda": expected, "hip": expected, "violations": []}
