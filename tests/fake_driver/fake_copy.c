@@ -100,13 +100,20 @@ static char *fake_locate_pinned(const char *entry, const char *verb,
 }
 
 /* Where the bytes of a device span are now (taking a reference on their
- * allocation, *held), or NULL after recording why there are none. */
+ * allocation, *held), or NULL after recording why there are none.  A peer
+ * copy names each side's device; other copies and fills reach the memory
+ * of the stream's device, or of a device it enabled peer access to (and,
+ * for memory of that device's pool, was granted access to the pool). */
 static char *fake_locate_device(const char *entry, const char *verb,
                                 const fake_span *sp, size_t extent,
                                 int stream_device, fake_dmem **held)
 {
     int want = sp->device >= 0 ? sp->device : stream_device;
     int have = fake_device_of(sp->addr);
+    fake_dmem *m = fake_dmem_at(sp->addr);
+    if (have >= 0 && have != want && sp->device < 0 &&
+        fake_peer_reachable(want, have, m != NULL && m->pooled))
+        want = have;
     if (have != want) {
         if (sp->device >= 0)
             fake_violation("%s %s 0x%" PRIxPTR " + %zu: memory of device %d, "
@@ -118,7 +125,6 @@ static char *fake_locate_device(const char *entry, const char *verb,
                            entry, verb, sp->addr, extent, have, want);
         return NULL;
     }
-    fake_dmem *m = fake_dmem_at(sp->addr);
     if (m == NULL || m->state != FAKE_DMEM_LIVE ||
         extent > m->size - (sp->addr - m->base)) {
         fake_violation("%s %s 0x%" PRIxPTR " + %zu outside any live "

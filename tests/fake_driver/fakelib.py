@@ -57,6 +57,8 @@ SIGNATURES = {
     "cuDevicePrimaryCtxRetain": [P, INT],
     "cuCtxPushCurrent_v2": [P],
     "cuCtxPopCurrent_v2": [P],
+    "cuCtxGetCurrent": [P],
+    "cuCtxEnablePeerAccess": [P, U],
     "cuMemGetInfo_v2": [P, P],
     "cuDeviceGetGraphMemAttribute": [INT, U, P],
     "cuStreamCreate": [P, U],
@@ -90,6 +92,9 @@ SIGNATURES = {
     "cuMemsetD16Async": [U64, U16, SIZE, P],
     "cuMemsetD32Async": [U64, U, SIZE, P],
     "cuPointerGetAttribute": [P, U, U64],
+    "cuDeviceGetDefaultMemPool": [P, INT],
+    "cuMemPoolSetAttribute": [P, U, P],
+    "cuMemPoolSetAccess": [P, P, SIZE],
     # HIP
     "hipInit": [U],
     "hipGetDeviceCount": [P],
@@ -130,6 +135,10 @@ SIGNATURES = {
     "hipMemsetD16Async": [P, U16, SIZE, P],
     "hipMemsetD32Async": [P, INT, SIZE, P],
     "hipPointerGetAttribute": [P, U, P],
+    "hipDeviceEnablePeerAccess": [INT, U],
+    "hipDeviceGetDefaultMemPool": [P, INT],
+    "hipMemPoolSetAttribute": [P, U, P],
+    "hipMemPoolSetAccess": [P, P, SIZE],
     # Control API
     "fake_gpu_fail": [ctypes.c_char_p, INT, INT],
     "fake_gpu_reset": [],
@@ -142,6 +151,9 @@ SIGNATURES = {
     "fake_gpu_violations": [],
     "fake_gpu_violation": [INT],
     "fake_gpu_clear_violations": [],
+    "fake_gpu_peer_access": [INT, INT],
+    "fake_gpu_pool_access": [INT, INT],
+    "fake_gpu_pool_release_threshold": [INT],
 }
 RESTYPES = {
     "hipGetErrorName": ctypes.c_char_p,
@@ -151,11 +163,13 @@ RESTYPES = {
     "fake_gpu_special_stream": ctypes.c_void_p,
     "fake_gpu_violation": ctypes.c_char_p,
     "fake_gpu_clear_violations": None,
+    "fake_gpu_pool_release_threshold": ctypes.c_ulonglong,
 }
 
 CUDA_NAMES = """cuInit cuGetErrorName cuGetErrorString cuDeviceGetCount cuDeviceGet
 cuDeviceGetName cuDeviceGetAttribute cuDeviceTotalMem cuDeviceCanAccessPeer
-cuDevicePrimaryCtxRetain cuCtxPushCurrent cuCtxPopCurrent cuMemGetInfo
+cuDevicePrimaryCtxRetain cuCtxPushCurrent cuCtxPopCurrent cuCtxGetCurrent
+cuCtxEnablePeerAccess cuMemGetInfo
 cuDeviceGetGraphMemAttribute cuStreamCreate cuStreamDestroy cuStreamQuery
 cuStreamSynchronize cuStreamWaitEvent cuEventCreate cuEventDestroy cuEventRecord
 cuEventQuery cuEventSynchronize cuEventElapsedTime cuMemHostAlloc
@@ -163,7 +177,8 @@ cuMemHostGetDevicePointer cuMemFreeHost cuStreamWaitValue64 cuLaunchHostFunc
 cuStreamAddCallback cuMemAlloc cuMemFree cuMemAllocAsync cuMemFreeAsync
 cuMemcpyHtoDAsync cuMemcpyDtoHAsync cuMemcpyDtoDAsync cuMemcpyPeerAsync
 cuMemcpy2DAsync cuMemsetD8Async cuMemsetD16Async cuMemsetD32Async
-cuPointerGetAttribute""".split()
+cuPointerGetAttribute cuDeviceGetDefaultMemPool cuMemPoolSetAttribute
+cuMemPoolSetAccess""".split()
 CUDA_V2 = """cuDeviceTotalMem cuCtxPushCurrent cuCtxPopCurrent cuMemGetInfo
 cuStreamDestroy cuEventDestroy cuMemHostGetDevicePointer cuStreamWaitValue64
 cuEventElapsedTime cuMemAlloc cuMemFree cuMemcpyHtoDAsync cuMemcpyDtoHAsync
@@ -178,7 +193,8 @@ hipEventElapsedTime hipHostMalloc hipHostGetDevicePointer hipHostFree
 hipStreamWaitValue64 hipLaunchHostFunc hipStreamAddCallback hipMalloc hipFree
 hipMallocAsync hipFreeAsync hipMemcpyHtoDAsync hipMemcpyDtoHAsync
 hipMemcpyDtoDAsync hipMemcpyPeerAsync hipMemcpy2DAsync hipMemsetD8Async
-hipMemsetD16Async hipMemsetD32Async hipPointerGetAttribute""".split()
+hipMemsetD16Async hipMemsetD32Async hipPointerGetAttribute hipDeviceEnablePeerAccess
+hipDeviceGetDefaultMemPool hipMemPoolSetAttribute hipMemPoolSetAccess""".split()
 
 
 class Memcpy2D(ctypes.Structure):
@@ -204,7 +220,16 @@ class Memcpy2D(ctypes.Structure):
     ]
 
 
+class MemAccessDesc(ctypes.Structure):
+    """CUmemAccessDesc / hipMemAccessDesc (one layout)."""
+
+    _fields_ = [("type", U), ("id", INT), ("flags", U)]
+
+
 MEMORYTYPE_HOST, MEMORYTYPE_DEVICE = 1, 2
+ACCESS_NONE, ACCESS_READWRITE = 0, 3
+LOCATION_DEVICE = 1  # CU_MEM_LOCATION_TYPE_DEVICE / hipMemLocationTypeDevice
+RELEASE_THRESHOLD = 4  # CU_MEMPOOL_ATTR_ / hipMemPoolAttrReleaseThreshold
 
 
 def load(path: Path | str) -> ctypes.CDLL:
@@ -422,6 +447,38 @@ class Api:
             setattr(c, side + ("Device" if device else "Host"), ptr)
             setattr(c, side + "Pitch", pitch)
         return self.lib.cuMemcpy2DAsync_v2(ref(c), s)
+
+    def enable_peer(self, peer):
+        """The current device enables access to ``peer``'s memory."""
+        if self.api == "hip":
+            return self.lib.hipDeviceEnablePeerAccess(peer, 0)
+        ctx = P()
+        assert self.lib.cuDevicePrimaryCtxRetain(ref(ctx), peer) == 0
+        return self.lib.cuCtxEnablePeerAccess(ctx, 0)
+
+    def default_pool(self, device):
+        pool = P()
+        rc = self.call(
+            "cuDeviceGetDefaultMemPool", "hipDeviceGetDefaultMemPool", ref(pool), device
+        )
+        assert rc == SUCCESS
+        return pool
+
+    def pool_access(self, pool, device, flags):
+        desc = MemAccessDesc(LOCATION_DEVICE, device, flags)
+        return self.call(
+            "cuMemPoolSetAccess", "hipMemPoolSetAccess", pool, ref(desc), 1
+        )
+
+    def pool_threshold(self, pool, value):
+        v = ctypes.c_uint64(value)
+        return self.call(
+            "cuMemPoolSetAttribute",
+            "hipMemPoolSetAttribute",
+            pool,
+            RELEASE_THRESHOLD,
+            ref(v),
+        )
 
     def wait_value(self, s, addr, value):
         if self.api == "cuda":

@@ -19,8 +19,10 @@ from .fakelib import (
     DEVICEMAP,
     DISABLE_TIMING,
     HOST_FN,
+    ILLEGAL_ADDRESS,
     INVALID_CONTEXT,
     INVALID_HANDLE,
+    INVALID_VALUE,
     NOT_READY,
     SUCCESS,
     WAIT,
@@ -435,3 +437,91 @@ def test_rules_can_be_turned_off(lib_path):
     )
     expected = [SUCCESS, True, True, True, INVALID_HANDLE, SUCCESS, True]
     assert out == {"cuda": expected, "hip": expected, "violations": []}
+
+
+# --------------------------------------------------------------------------
+# Rule 12: peer access and the default memory pools
+
+PEER_ACCESS_UNSUPPORTED, PEER_ACCESS_ALREADY_ENABLED = 217, 704
+
+PEER = r"""
+api = t.child_api(lib, API)
+s = api.stream()  # device 0's
+rc, a = api.malloc(256)
+with api.on_device(1):
+    rc, b = api.malloc(256)
+    s1 = api.stream()
+    rc, p = api.malloc_async(256, s1)  # from device 1's pool
+    assert api.sync(s1) == 0
+out["before"] = [api.d2d(a, b, 256, s), api.sync(s)]
+s = api.stream()  # the other has an error now
+out["self"] = api.enable_peer(0)
+out["enable"] = api.enable_peer(1)
+out["again"] = api.enable_peer(1)
+out["access"] = [lib.fake_gpu_peer_access(0, 1), lib.fake_gpu_peer_access(1, 0)]
+out["after"] = [api.d2d(a, b, 256, s), api.memset(8, b, 7, 256, s),
+                api.d2d(b, a, 256, s), api.sync(s)]
+with api.on_device(1):  # one way: device 1 did not enable device 0
+    out["reverse"] = [api.d2d(b, a, 256, s1), api.sync(s1)]
+pool = api.default_pool(1)
+out["pool_before"] = [api.d2d(a, p, 256, s), api.sync(s)]
+s = api.stream()
+out["grant"] = [api.pool_access(pool, 0, t.ACCESS_READWRITE),
+                lib.fake_gpu_pool_access(1, 0), lib.fake_gpu_pool_access(1, 1)]
+out["pool_after"] = [api.d2d(a, p, 256, s), api.sync(s)]
+out["revoke"] = [api.pool_access(pool, 0, t.ACCESS_NONE),
+                 lib.fake_gpu_pool_access(1, 0)]
+out["own"] = api.pool_access(pool, 1, t.ACCESS_NONE)  # the owner keeps it
+out["pool_revoked"] = [api.d2d(a, p, 256, s), api.sync(s)]
+out["threshold"] = [lib.fake_gpu_pool_release_threshold(1),
+                    api.pool_threshold(pool, 1 << 40),
+                    lib.fake_gpu_pool_release_threshold(1),
+                    lib.fake_gpu_pool_release_threshold(0),
+                    lib.fake_gpu_pool_release_threshold(7)]
+out["violations"] = t.violations(lib)
+"""
+
+
+@pytest.mark.parametrize("api_name", ["cuda", "hip"])
+def test_peer_and_pool_access(lib_path, api_name):
+    out, _ = run_child(lib_path, f"API = {api_name!r}\n" + PEER)
+    failed = [SUCCESS, ILLEGAL_ADDRESS]
+    assert out["before"] == failed
+    assert out["self"] == PEER_ACCESS_UNSUPPORTED
+    assert out["enable"] == SUCCESS
+    assert out["again"] == PEER_ACCESS_ALREADY_ENABLED
+    assert out["access"] == [1, 0]
+    assert out["after"] == [SUCCESS] * 4
+    assert out["reverse"] == failed
+    # Memory of device 1's pool needs access to the pool as well.
+    assert out["pool_before"] == failed
+    assert out["grant"] == [SUCCESS, 1, 1]
+    assert out["pool_after"] == [SUCCESS, SUCCESS]
+    assert out["revoke"] == [SUCCESS, 0]
+    assert out["own"] == INVALID_VALUE
+    assert out["pool_revoked"] == failed
+    assert out["threshold"] == [0, SUCCESS, 1 << 40, 0, 0]
+    used = "memory of device {} used on a stream of device {}"
+    assert [v.split(": ", 1)[1] for v in out["violations"]] == [
+        used.format(1, 0),
+        used.format(0, 1),
+        used.format(1, 0),
+        used.format(1, 0),
+    ]
+
+
+NO_PEER = r"""
+for name in ("cuda", "hip"):
+    api = t.child_api(lib, name)
+    out[name] = api.enable_peer(1)
+out["access"] = lib.fake_gpu_peer_access(0, 1)
+"""
+
+
+def test_peer_access_can_be_unsupported(lib_path):
+    out, _ = run_child(lib_path, NO_PEER, FAKE_GPU_PEER=0)
+    assert out == {
+        "cuda": PEER_ACCESS_UNSUPPORTED,
+        "hip": PEER_ACCESS_UNSUPPORTED,
+        "access": 0,
+    }
