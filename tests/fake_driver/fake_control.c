@@ -1,6 +1,7 @@
 /* Configuration, call counters, fault injection and error names of the
  * fake GPU driver: everything the two API fronts share that is not a
  * stream, an event or host memory. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -119,6 +120,8 @@ static void fake_init(void)
     cfg->context_check = fake_env_int("FAKE_GPU_CONTEXT_CHECK", 1) != 0;
     cfg->host_copy_sync = fake_env_int("FAKE_GPU_HOST_COPY_SYNC", 1) != 0;
     cfg->pinned_alloc_sync = fake_env_int("FAKE_GPU_PINNED_ALLOC_SYNC", 1) != 0;
+    /* As on current NVIDIA GPUs (CU_DEVICE_ATTRIBUTE_MAX_PITCH). */
+    cfg->max_pitch = (size_t)fake_env_int("FAKE_GPU_MAX_PITCH", INT_MAX);
     fake_arm_from_env();
 }
 
@@ -126,6 +129,12 @@ const fake_config *fake_cfg(void)
 {
     pthread_once(&fake_once, fake_init);
     return &fake_config_value;
+}
+
+int fake_max_pitch_attribute(void)
+{
+    size_t pitch = fake_cfg()->max_pitch;
+    return pitch > INT_MAX ? INT_MAX : (int)pitch;
 }
 
 bool fake_valid_device(int device)

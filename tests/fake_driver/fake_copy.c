@@ -280,6 +280,15 @@ unsigned fake_copy(void *stream, const fake_side *dst, const fake_side *src,
     return fake_submit(stream, &x, dst, src);
 }
 
+unsigned fake_copy_2d(void *stream, const fake_side *dst, const fake_side *src,
+                      size_t width, size_t height)
+{
+    size_t max = fake_cfg()->max_pitch;
+    if (dst->pitch > max || src->pitch > max)
+        return FAKE_E_INVALID_VALUE;
+    return fake_copy(stream, dst, src, width, height);
+}
+
 /* The pointer must be aligned to the element size (INVALID_VALUE). */
 unsigned fake_fill(void *stream, uintptr_t dst, unsigned size, uint32_t value,
                    size_t count)

@@ -225,6 +225,9 @@ static bool fake_attribute(cu_device_attribute attrib, int *value)
     switch (attrib) {
     case 1: *value = 1024; return true; /* MAX_THREADS_PER_BLOCK */
     case 10: *value = 32; return true;  /* WARP_SIZE */
+    case FAKE_CU_ATTR_MAX_PITCH:
+        *value = fake_max_pitch_attribute();
+        return true;
     case 16: *value = 132; return true; /* MULTIPROCESSOR_COUNT */
     case FAKE_CU_ATTR_INTEGRATED: *value = cfg->integrated; return true;
     case 19:

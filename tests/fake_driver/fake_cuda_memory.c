@@ -174,7 +174,7 @@ cu_result cuMemcpy2DAsync(const cu_memcpy2d *copy, cu_stream stream)
                           copy->srcXInBytes, copy->srcY, copy->srcPitch, &s);
     if (rc != FAKE_E_OK)
         return rc;
-    return fake_copy(stream, &d, &s, copy->WidthInBytes, copy->Height);
+    return fake_copy_2d(stream, &d, &s, copy->WidthInBytes, copy->Height);
 }
 
 /* ---- Fills ---------------------------------------------------------- */

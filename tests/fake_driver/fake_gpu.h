@@ -51,6 +51,7 @@ enum {
         FAKE_STREAM_LEGACY | FAKE_STREAM_PER_THREAD | FAKE_STREAM_NULL,
     FAKE_EVENT_DISABLE_TIMING = 0x2, /* CU_ / hipEventDisableTiming */
     FAKE_CU_MEMHOSTALLOC_DEVICEMAP = 0x2,
+    FAKE_CU_ATTR_MAX_PITCH = 11,
     FAKE_CU_ATTR_INTEGRATED = 18,
     FAKE_CU_ATTR_CC_MAJOR = 75,
     FAKE_CU_ATTR_CC_MINOR = 76,
@@ -59,6 +60,7 @@ enum {
     FAKE_CU_ATTR_MEMORY_POOLS = 115,
     FAKE_CU_ATTR_64_BIT_STREAM_MEM_OPS = 122, /* CUDA 12.0 and later */
     FAKE_HIP_ATTR_INTEGRATED = 16,            /* hipDeviceAttributeIntegrated */
+    FAKE_HIP_ATTR_MAX_PITCH = 58,             /* hipDeviceAttributeMaxPitch */
     FAKE_HIP_ATTR_MEMORY_POOLS = 88,
     FAKE_HIP_ATTR_STREAM_WAIT_VALUE = 10013,
     FAKE_POINTER_DEVICE_ORDINAL = 9, /* CU_ / HIP_POINTER_ATTRIBUTE_... */
@@ -147,9 +149,13 @@ typedef struct fake_config {
     int context_check;     /* CUDA enqueues need the stream's context current */
     int host_copy_sync;    /* copies between host memory are synchronous */
     int pinned_alloc_sync; /* pinned allocation synchronises the device */
+    size_t max_pitch;      /* not a switch: the largest 2-D copy pitch */
 } fake_config;
 
 const fake_config *fake_cfg(void);
+/* FAKE_GPU_MAX_PITCH as the int attribute that reports it (CUDA 11, HIP
+ * 58), saturated. */
+int fake_max_pitch_attribute(void);
 bool fake_valid_device(int device);
 /* Writes "<prefix> <device>" into name[len] (truncated, NUL-terminated). */
 void fake_device_name(int device, char *name, int len);
@@ -260,6 +266,10 @@ typedef struct fake_side {
  * and returns the stream's error. */
 unsigned fake_copy(void *stream, const fake_side *dst, const fake_side *src,
                    size_t width, size_t height);
+/* A 2-D copy: a pitch above FAKE_GPU_MAX_PITCH is INVALID_VALUE (no
+ * effect), as on a real device. */
+unsigned fake_copy_2d(void *stream, const fake_side *dst, const fake_side *src,
+                      size_t width, size_t height);
 /* Fills `count` elements of `size` (1, 2 or 4) bytes with `value`. */
 unsigned fake_fill(void *stream, uintptr_t dst, unsigned size, uint32_t value,
                    size_t count);

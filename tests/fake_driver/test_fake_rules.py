@@ -525,3 +525,56 @@ def test_peer_access_can_be_unsupported(lib_path):
         "hip": PEER_ACCESS_UNSUPPORTED,
         "access": 0,
     }
+
+
+# --------------------------------------------------------------------------
+# Rule 13: the maximum pitch
+
+MAX_PITCH = 2**31 - 1
+
+
+def max_pitch_attribute(lib):
+    cu, hip = ctypes.c_int(-1), ctypes.c_int(-1)
+    assert lib.cuDeviceGetAttribute(ref(cu), 11, 0) == SUCCESS
+    assert lib.hipDeviceGetAttribute(ref(hip), 58, 1) == SUCCESS
+    return cu.value, hip.value
+
+
+def pitch_checks(api, limit):
+    """2-D copies of one row from pinned into device memory with pitches
+    at and above ``limit``: their results (nothing copied above it)."""
+    s, n = api.stream(), 64
+    rc, d = api.malloc(n)
+    src, _ = pinned(api, pattern(n))
+    results = [
+        api.copy_2d(d, limit, src, n, n, 1, s, 1),
+        api.copy_2d(d, n, src, limit, n, 1, s, 1),
+        api.copy_2d(d, limit + 1, src, n, n, 1, s, 1),
+        api.copy_2d(d, n, src, limit + 1, n, 1, s, 1),
+        api.sync(s),
+    ]
+    api.free(d)
+    api.free_host(src)
+    api.destroy(s)
+    return results
+
+
+def test_max_pitch(api):
+    assert max_pitch_attribute(api.lib) == (MAX_PITCH, MAX_PITCH)
+    assert pitch_checks(api, MAX_PITCH) == [SUCCESS, SUCCESS] + [INVALID_VALUE] * 2 + [
+        SUCCESS
+    ]
+
+
+SMALL_PITCH = r"""
+from fake_driver.test_fake_rules import max_pitch_attribute, pitch_checks
+out["attribute"] = list(max_pitch_attribute(lib))
+for name in ("cuda", "hip"):
+    out[name] = pitch_checks(t.child_api(lib, name), 4096)
+"""
+
+
+def test_max_pitch_is_configurable(lib_path):
+    out, _ = run_child(lib_path, SMALL_PITCH, FAKE_GPU_MAX_PITCH=4096)
+    expected = [SUCCESS, SUCCESS, INVALID_VALUE, INVALID_VALUE, SUCCESS]
+    assert out == {"attribute": [4096, 4096], "cuda": expected, "hip": expected}
