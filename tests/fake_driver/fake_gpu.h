@@ -289,6 +289,11 @@ FAKE_EXPORT int fake_gpu_threads(void);
 FAKE_EXPORT int fake_gpu_violations(void);
 FAKE_EXPORT const char *fake_gpu_violation(int i);
 FAKE_EXPORT void fake_gpu_clear_violations(void);
+/* fake_hostmem.c: bytes of live pinned host allocations (their requested
+ * sizes), or with `peak` their peak since load or the last
+ * fake_gpu_reset_pinned_peak, which sets the peak to the current bytes. */
+FAKE_EXPORT unsigned long long fake_gpu_pinned_bytes(int peak);
+FAKE_EXPORT void fake_gpu_reset_pinned_peak(void);
 /* fake_peer.c: whether `device` enabled peer access to `peer`; whether
  * `device` may use memory of `owner`'s default pool; that pool's release
  * threshold (-1 / 0 for an invalid device). */

@@ -154,6 +154,8 @@ SIGNATURES = {
     "fake_gpu_peer_access": [INT, INT],
     "fake_gpu_pool_access": [INT, INT],
     "fake_gpu_pool_release_threshold": [INT],
+    "fake_gpu_pinned_bytes": [INT],
+    "fake_gpu_reset_pinned_peak": [],
 }
 RESTYPES = {
     "hipGetErrorName": ctypes.c_char_p,
@@ -164,6 +166,8 @@ RESTYPES = {
     "fake_gpu_violation": ctypes.c_char_p,
     "fake_gpu_clear_violations": None,
     "fake_gpu_pool_release_threshold": ctypes.c_ulonglong,
+    "fake_gpu_pinned_bytes": ctypes.c_ulonglong,
+    "fake_gpu_reset_pinned_peak": None,
 }
 
 CUDA_NAMES = """cuInit cuGetErrorName cuGetErrorString cuDeviceGetCount cuDeviceGet

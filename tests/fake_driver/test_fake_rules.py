@@ -578,3 +578,31 @@ def test_max_pitch_is_configurable(lib_path):
     out, _ = run_child(lib_path, SMALL_PITCH, FAKE_GPU_MAX_PITCH=4096)
     expected = [SUCCESS, SUCCESS, INVALID_VALUE, INVALID_VALUE, SUCCESS]
     assert out == {"attribute": [4096, 4096], "cuda": expected, "hip": expected}
+
+
+# --------------------------------------------------------------------------
+# Rule 14: pinned bytes
+
+
+def test_pinned_bytes(api):
+    lib = api.lib
+    lib.fake_gpu_reset_pinned_peak()
+    base = lib.fake_gpu_pinned_bytes(0)
+    assert lib.fake_gpu_pinned_bytes(1) == base
+
+    def now_and_peak():
+        return lib.fake_gpu_pinned_bytes(0) - base, lib.fake_gpu_pinned_bytes(1) - base
+
+    a = api.host_alloc(1000)
+    with api.on_device(1):
+        b = api.host_alloc(5000)  # every device's count
+    assert now_and_peak() == (6000, 6000)
+    assert api.free_host(a) == SUCCESS
+    assert now_and_peak() == (5000, 6000)
+    lib.fake_gpu_reset_pinned_peak()
+    assert now_and_peak() == (5000, 5000)
+    with api.on_device(1):
+        assert api.free_host(b) == SUCCESS
+    assert now_and_peak() == (0, 5000)
+    lib.fake_gpu_reset_pinned_peak()
+    assert now_and_peak() == (0, 0)
