@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fake_gpu.h"
 
@@ -120,6 +121,7 @@ static void fake_init(void)
     cfg->context_check = fake_env_int("FAKE_GPU_CONTEXT_CHECK", 1) != 0;
     cfg->host_copy_sync = fake_env_int("FAKE_GPU_HOST_COPY_SYNC", 1) != 0;
     cfg->pinned_alloc_sync = fake_env_int("FAKE_GPU_PINNED_ALLOC_SYNC", 1) != 0;
+    cfg->exit_check = fake_env_int("FAKE_GPU_EXIT_CHECK", 1) != 0;
     /* As on current NVIDIA GPUs (CU_DEVICE_ATTRIBUTE_MAX_PITCH). */
     cfg->max_pitch = (size_t)fake_env_int("FAKE_GPU_MAX_PITCH", INT_MAX);
     fake_arm_from_env();
@@ -193,11 +195,47 @@ static unsigned fake_refuse_callback_call(int id, const char *kind)
     return hip ? FAKE_E_NOT_SUPPORTED : FAKE_E_NOT_PERMITTED;
 }
 
+/* ---- Process exit ----------------------------------------------------
+ * Real drivers tear themselves down when the process exits (library
+ * destructors, exit handlers they register); a thread that still calls the
+ * driver then may crash or hang.  The fake's destructor marks the driver
+ * shut down, and every later call fails (fake_enter).  While streams are
+ * still alive it then takes FAKE_TEARDOWN_MS, as a driver's teardown of
+ * its contexts takes a while, so that a thread of the application that
+ * keeps polling the driver is caught calling.  The fake's own threads
+ * never enter an entry point: they are not affected. */
+
+enum { FAKE_TEARDOWN_MS = 50 };
+
+static atomic_bool fake_shut_down;
+
+__attribute__((destructor)) static void fake_teardown(void)
+{
+    atomic_store(&fake_shut_down, true);
+    if (fake_cfg()->exit_check &&
+        (fake_gpu_live("stream") > 0 || fake_gpu_live("thread") > 0)) {
+        struct timespec pause = {0, FAKE_TEARDOWN_MS * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+}
+
+/* The driver is gone: no effect, DEINITIALIZED; the string-returning HIP
+ * calls cannot fail, so they are only recorded. */
+static unsigned fake_refuse_after_exit(int id)
+{
+    fake_violation("%s called after the driver shut down at process exit; "
+                   "a real driver may crash or hang here",
+                   fake_names[id]);
+    return fake_can_fail(id) ? FAKE_E_DEINITIALIZED : 0;
+}
+
 unsigned fake_enter(int id)
 {
     pthread_once(&fake_once, fake_init);
     atomic_fetch_add_explicit(&fake_calls[id], 1, memory_order_relaxed);
     fake_current_entry = id;
+    if (atomic_load(&fake_shut_down) && fake_config_value.exit_check)
+        return fake_refuse_after_exit(id);
     const char *kind = fake_callback_kind();
     if (kind != NULL) /* before any fault: the call has no effect at all */
         return fake_refuse_callback_call(id, kind);

@@ -24,6 +24,7 @@ enum {
     FAKE_E_INVALID_VALUE = 1,
     FAKE_E_OUT_OF_MEMORY = 2,
     FAKE_E_NOT_INITIALIZED = 3,
+    FAKE_E_DEINITIALIZED = 4,
     FAKE_E_NO_DEVICE = 100,
     FAKE_E_INVALID_DEVICE = 101,
     FAKE_E_INVALID_CONTEXT = 201,
@@ -149,6 +150,7 @@ typedef struct fake_config {
     int context_check;     /* CUDA enqueues need the stream's context current */
     int host_copy_sync;    /* copies between host memory are synchronous */
     int pinned_alloc_sync; /* pinned allocation synchronises the device */
+    int exit_check;        /* calls after the library's destructor fail */
     size_t max_pitch;      /* not a switch: the largest 2-D copy pitch */
 } fake_config;
 

@@ -9,13 +9,18 @@ be disabled), runs in a child interpreter.
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
+from .build import _compiler
 from .fakelib import (
     CALLBACK,
+    CHILD_PROLOGUE,
     DEVICEMAP,
     DISABLE_TIMING,
     HOST_FN,
@@ -25,6 +30,7 @@ from .fakelib import (
     INVALID_VALUE,
     NOT_READY,
     SUCCESS,
+    TESTS_DIR,
     WAIT,
     WAIT_EQ,
     Ctx,
@@ -606,3 +612,110 @@ def test_pinned_bytes(api):
     assert now_and_peak() == (0, 5000)
     lib.fake_gpu_reset_pinned_peak()
     assert now_and_peak() == (0, 0)
+
+
+# --------------------------------------------------------------------------
+# Rule 15: calls after the driver shut down at process exit
+
+DEINITIALIZED = 4
+
+# A thread of the application that keeps polling the driver (as a cleanup
+# thread might): it calls `query(stream)` every millisecond and reports each
+# new result on stderr.  Native, because Python threads stop before the
+# libraries' destructors run.
+POLLER_C = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+typedef unsigned (*query_fn)(void *);
+static query_fn query;
+static void *stream;
+static void *poll_main(void *unused)
+{
+    unsigned last = ~0u;
+    (void)unused;
+    for (;;) {
+        unsigned rc = query(stream);
+        if (rc != last)
+            fprintf(stderr, "poller: %u\n", rc);
+        last = rc;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    return NULL;
+}
+int start_poller(void *fn, void *s)
+{
+    pthread_t t;
+    query = (query_fn)fn;
+    stream = s;
+    return pthread_create(&t, NULL, poll_main, NULL);
+}
+"""
+
+EXIT = r"""
+poller = ctypes.CDLL(sys.argv[3])
+poller.start_poller.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+api = t.child_api(lib, API)
+s = api.stream()
+query = lib.cuStreamQuery if API == "cuda" else lib.hipStreamQuery
+# Work the fake's own threads are busy with at exit: a stream held by a
+# gate, a host function on the device's callback thread, a per-thread
+# stream.
+held = api.stream()
+flag, release = api.value_gate(held)
+api.host_fn(held, lambda: None)
+assert api.host_fn(s, lambda: None) == 0 and api.sync(s) == 0
+assert poller.start_poller(ctypes.cast(query, ctypes.c_void_p), s) == 0
+time.sleep(0.05)
+out["violations"] = t.violations(lib)
+"""
+
+
+@pytest.fixture(scope="module")
+def poller(build_dir):
+    src = build_dir / "poller.c"
+    src.write_text(POLLER_C)
+    out = build_dir / "libpoller.so"
+    cmd = [_compiler(), "-shared", "-fPIC", "-pthread", str(src), "-o", str(out)]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+def run_exit_child(lib_path, poller, api_name, **env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_GPU_")}
+    e.update({k: str(v) for k, v in env.items()})
+    script = (
+        CHILD_PROLOGUE + f"API = {api_name!r}\n" + EXIT + "\nprint(json.dumps(out))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script, str(lib_path), str(TESTS_DIR), str(poller)],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("api_name", ["cuda", "hip"])
+def test_calls_after_the_driver_shut_down(lib_path, poller, api_name):
+    r = run_exit_child(lib_path, poller, api_name)
+    assert r.returncode == 0, r.stderr
+    assert '"violations": []' in r.stdout  # none while the process ran
+    query = "cuStreamQuery" if api_name == "cuda" else "hipStreamQuery"
+    lines = r.stderr.splitlines()
+    assert f"poller: {SUCCESS}" in lines
+    assert f"poller: {DEINITIALIZED}" in lines, r.stderr
+    # Only the poller's calls: not the fake's own threads.
+    found = [ln for ln in lines if ln.startswith("fake_gpu: violation: ")]
+    assert found and set(found) == {
+        f"fake_gpu: violation: {query} called after the driver shut down at "
+        "process exit; a real driver may crash or hang here"
+    }, r.stderr
+
+
+def test_exit_check_can_be_turned_off(lib_path, poller):
+    r = run_exit_child(lib_path, poller, "cuda", FAKE_GPU_EXIT_CHECK=0)
+    assert r.returncode == 0, r.stderr
+    assert f"poller: {DEINITIALIZED}" not in r.stderr.splitlines()
+    assert "fake_gpu: violation" not in r.stderr, r.stderr
