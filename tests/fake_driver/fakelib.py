@@ -371,6 +371,11 @@ class Api:
         function, keeps the device's callback thread free.  Returns
         ``(flag, release)``; free ``flag`` once ``s`` is past the gate."""
         flag = self.host_alloc(8)
+        return flag, self.hold(s, flag)
+
+    def hold(self, s, flag):
+        """The gate of value_gate on an existing mapped pinned ``flag`` (8
+        bytes, reusable once ``s`` is past it): returns ``release``."""
         _, dev = self.device_ptr(flag)
         word = ctypes.c_uint64.from_address(flag)
         word.value = 0
@@ -379,7 +384,7 @@ class Api:
         def release():
             word.value = 1
 
-        return flag, release
+        return release
 
     # Device memory: pointers are ints, results (rc, value) where a value
     # comes back.
@@ -514,6 +519,26 @@ def violations(lib) -> list[str]:
             break
         out.append(text.decode())
     return out
+
+
+def take_violations(lib) -> list[str]:
+    """violations(lib), then clears them."""
+    v = violations(lib)
+    lib.fake_gpu_clear_violations()
+    return v
+
+
+def pattern(n, seed=1) -> bytes:
+    """``n`` bytes that differ with ``seed``."""
+    return bytes((i * 7 + seed) % 251 for i in range(n))
+
+
+def pinned(api, data):
+    """A pinned host buffer holding ``data``: (address, ctypes view)."""
+    host = api.host_alloc(len(data))
+    view = (ctypes.c_char * len(data)).from_address(host)
+    view[:] = data
+    return host, view
 
 
 # A child interpreter's prologue: ``lib`` (initialised) and this module as

@@ -35,25 +35,15 @@ from .fakelib import (
     Memcpy2D,
     P,
     gate,
+    pattern,
+    pinned,
     ref,
     run_child,
-    violations,
+    take_violations,
 )
 
 POISON = 0xA5  # what fresh device memory holds
 HEX = r"0x[0-9a-f]+"
-
-
-def pattern(n, seed=1):
-    return bytes((i * 7 + seed) % 251 for i in range(n))
-
-
-def pinned(api, data):
-    """A pinned host buffer holding ``data``: (address, ctypes view)."""
-    host = api.host_alloc(len(data))
-    view = (ctypes.c_char * len(data)).from_address(host)
-    view[:] = data
-    return host, view
 
 
 def read_back(api, dptr, n, s):
@@ -61,12 +51,6 @@ def read_back(api, dptr, n, s):
     out = ctypes.create_string_buffer(n)
     assert api.d2h(ctypes.addressof(out), dptr, n, s) == SUCCESS
     return out.raw
-
-
-def take_violations(lib):
-    v = violations(lib)
-    lib.fake_gpu_clear_violations()
-    return v
 
 
 HOST, DEVICE, ARRAY = 1, 2, 3
@@ -706,6 +690,8 @@ def test_free_synchronizes_the_device(api):
 HANGS = r"""
 api = t.child_api(lib, API)
 s = api.stream()
+src, dst = api.host_alloc(64), api.host_alloc(64)  # before the gate (rule 11)
+_, dst_dev = api.device_ptr(dst)
 flag, release = api.value_gate(s)  # waits for the host to set the flag
 rc, d = api.malloc(64)
 t0 = time.monotonic()
@@ -713,6 +699,8 @@ out["free"] = api.free(d)  # a real driver hangs here
 rc, d = api.malloc(64)
 buf = ctypes.create_string_buffer(64)
 out["h2d"] = api.h2d(d, ctypes.addressof(buf), 64, s)  # and here
+out["host_copy"] = api.h2d(dst_dev, src, 64, s)  # here (rule 10)
+out["alloc"] = bool(api.host_alloc(8))  # and here (rule 11)
 out["waited"] = time.monotonic() - t0
 out["violations"] = t.violations(lib)
 release()
@@ -725,17 +713,22 @@ def test_waits_that_would_hang(lib_path, api_name):
     out, err = run_child(
         lib_path, f"API = {api_name!r}\n" + HANGS, FAKE_GPU_HANG_SECONDS=1
     )
-    free, h2d = (
-        ("cuMemFree", "cuMemcpyHtoDAsync")
+    free, h2d, alloc = (
+        ("cuMemFree", "cuMemcpyHtoDAsync", "cuMemHostAlloc")
         if api_name == "cuda"
-        else ("hipFree", "hipMemcpyHtoDAsync")
+        else ("hipFree", "hipMemcpyHtoDAsync", "hipHostMalloc")
     )
-    assert out["free"] == out["h2d"] == out["sync"] == SUCCESS
-    assert out["waited"] >= 1.9
+    assert out["free"] == out["h2d"] == out["host_copy"] == out["sync"] == SUCCESS
+    assert out["alloc"] is True
+    assert out["waited"] >= 3.9
     assert out["violations"] == [
         f"{free} would deadlock: device 0 still busy after 1 s; "
         "a real driver hangs here",
         f"{h2d} with pageable host memory would deadlock: its stream is "
         "still busy after 1 s; a real driver hangs here",
+        f"{h2d} between host memory would deadlock: its stream is still busy "
+        "after 1 s; a real driver hangs here",
+        f"{alloc} would deadlock: device 0 still busy after 1 s; a real "
+        "driver hangs here",
     ]
     assert "fake_gpu: violation: " in err
