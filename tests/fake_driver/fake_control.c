@@ -212,8 +212,7 @@ static atomic_bool fake_shut_down;
 __attribute__((destructor)) static void fake_teardown(void)
 {
     atomic_store(&fake_shut_down, true);
-    if (fake_cfg()->exit_check &&
-        (fake_gpu_live("stream") > 0 || fake_gpu_live("thread") > 0)) {
+    if (fake_cfg()->exit_check && fake_streams_alive()) {
         struct timespec pause = {0, FAKE_TEARDOWN_MS * 1000000L};
         nanosleep(&pause, NULL);
     }

@@ -791,6 +791,17 @@ unsigned fake_event_elapsed(float *ms, void *start, void *end)
     return rc;
 }
 
+/* Never waits: a lock held elsewhere (even by a thread that did not
+ * survive a fork) counts as alive. */
+bool fake_streams_alive(void)
+{
+    if (pthread_mutex_trylock(&fake_lock) != 0)
+        return true;
+    bool alive = fake_all_streams != NULL;
+    pthread_mutex_unlock(&fake_lock);
+    return alive;
+}
+
 /* ---- Control API (objects) ------------------------------------------ */
 
 FAKE_EXPORT int fake_gpu_live(const char *kind)

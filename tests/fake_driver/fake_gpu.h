@@ -207,6 +207,9 @@ enum fake_special {
 unsigned fake_special_stream(enum fake_special which, int device, void **out);
 /* Destroys a special stream (its pending work still completes). */
 void fake_stream_retire(void *stream);
+/* Whether any stream (destroyed ones still draining included) exists, for
+ * the teardown at exit. */
+bool fake_streams_alive(void);
 /* The device of the stream a handle names; false when it names none. */
 bool fake_stream_device(void *stream, int *device);
 unsigned fake_stream_query(void *stream);
