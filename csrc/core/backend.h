@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "hazard.h"
 #include "memory.h"
@@ -286,6 +287,18 @@ static inline bool mxd_stale(unsigned epoch)
 mxd_status mxd_fail_stale(mxd_error *err, const char *what);
 /* Registers the fork handlers (once). */
 void mxd_process_setup(void);
+
+/* Once a GPU driver library is loaded and initialised: registers the exit
+ * handler that stops our threads' driver calls before the driver tears
+ * itself down at exit (once). */
+void mxd_process_driver_loaded(void);
+/* The parts of that exit handler each module owns: from now on its thread
+ * makes no driver call; waits (until `until`, CLOCK_REALTIME) for the one
+ * in progress.  What it had pending is abandoned. */
+void mxd_reaper_stop(const struct timespec *until);
+void mxd_watch_stop(const struct timespec *until);
+/* Waits until nobody holds `mu` (until `until`); false when it timed out. */
+bool mxd_wait_for_mutex(pthread_mutex_t *mu, const struct timespec *until);
 
 /* The parts of the fork handlers each module owns: take its global lock
  * before the fork, release it after, and in the child also forget what

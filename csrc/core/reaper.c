@@ -1,6 +1,7 @@
 #include "reaper.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -19,10 +20,16 @@ static struct {
     pthread_once_t once;
     mxd_reap *incoming; /* added, not yet taken by the thread */
     bool started;
+    /* Held by the thread while it polls and finishes entries (its driver
+     * calls); set, `stopped` ends them for good (mxd_reaper_stop). */
+    pthread_mutex_t pass_mu;
+    atomic_bool stopped;
     /* Cleanup failures. */
     size_t failures;
     char last_failure[sizeof((mxd_error *)0)->message];
-} reaper = {.mu = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
+} reaper = {.mu = PTHREAD_MUTEX_INITIALIZER,
+            .once = PTHREAD_ONCE_INIT,
+            .pass_mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void reaper_init(void)
 {
@@ -34,14 +41,15 @@ static void reaper_init(void)
 }
 
 /* Polls every entry once, finishing those that are done; returns the ones
- * still pending and whether any finished. */
+ * still pending and whether any finished.  Once stopped it touches no
+ * entry: they are kept, never to finish. */
 static mxd_reap *poll_entries(mxd_reap *pending, bool *progress)
 {
     mxd_reap *kept = NULL;
     while (pending) {
         mxd_reap *entry = pending;
         pending = entry->next;
-        if (entry->done(entry)) {
+        if (!atomic_load(&reaper.stopped) && entry->done(entry)) {
             entry->finish(entry); /* frees it */
             *progress = true;
         } else {
@@ -94,7 +102,12 @@ static void *reaper_main(void *unused)
         pthread_mutex_unlock(&reaper.mu);
         pending = append(pending, fresh);
         bool progress = false;
+        pthread_mutex_lock(&reaper.pass_mu);
         pending = poll_entries(pending, &progress);
+        bool stopped = atomic_load(&reaper.stopped);
+        pthread_mutex_unlock(&reaper.pass_mu);
+        if (stopped)
+            break; /* the process exits: what is pending is abandoned */
         if (progress || fresh)
             pause = MIN_PAUSE_NS;
         else if (pause < MAX_PAUSE_NS)
@@ -140,6 +153,12 @@ mxd_status mxd_reaper_add(mxd_reap *entry, mxd_error *err)
     pthread_mutex_unlock(&reaper.mu);
     pthread_cond_signal(&reaper.wake);
     return MXD_OK;
+}
+
+void mxd_reaper_stop(const struct timespec *until)
+{
+    atomic_store(&reaper.stopped, true);
+    mxd_wait_for_mutex(&reaper.pass_mu, until); /* the pass in progress */
 }
 
 void mxd_cleanup_failed(const mxd_error *err)

@@ -117,6 +117,7 @@ static void probe(const gpu_api *api, probe_result *result)
         result->failed = true;
         return;
     }
+    mxd_process_driver_loaded(); /* initialised: its exit handlers exist */
     if (result->device_count == 0) {
         snprintf(result->error, sizeof result->error, "no %s device found",
                  api->api);

@@ -42,11 +42,13 @@ void mxd_watch_fire(mxd_watch *w, mxd_status status, const mxd_error *err)
 /* ---- The watcher thread (accelerators) ---------------------------------- */
 
 static struct {
-    pthread_mutex_t mu; /* guards everything below and each watch on it */
+    pthread_mutex_t mu; /* guards everything below and each watch on it;
+                           held by every pass (its driver calls) */
     pthread_cond_t wake;
     pthread_once_t once;
     mxd_watch *head, *tail; /* armed, oldest first */
     bool running;           /* `job` is submitted or runs */
+    atomic_bool stopped;    /* for good: the process exits */
     mxd_job job;
 } watcher = {.mu = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
 
@@ -130,12 +132,14 @@ static void watcher_run(mxd_job *job)
     (void)job;
     int64_t pause = MIN_PAUSE_NS;
     pthread_mutex_lock(&watcher.mu);
-    for (;;) {
+    while (!atomic_load(&watcher.stopped)) {
         if (!watcher.head) {
             if (!wait_for_watches())
                 break;
             pause = MIN_PAUSE_NS;
         }
+        if (atomic_load(&watcher.stopped))
+            break; /* the watches stay armed: the process exits */
         if (poll_pass())
             pause = MIN_PAUSE_NS;
         else if (pause < MAX_PAUSE_NS)
@@ -188,6 +192,12 @@ static bool watcher_cancel(mxd_watch *w)
     }
     pthread_mutex_unlock(&watcher.mu);
     return armed;
+}
+
+void mxd_watch_stop(const struct timespec *until)
+{
+    atomic_store(&watcher.stopped, true);
+    mxd_wait_for_mutex(&watcher.mu, until); /* the pass in progress */
 }
 
 bool mxd_watch_thread_running(void)

@@ -190,6 +190,26 @@ for i in range(driver.accelerator_count()):
             getattr(q, "__unsafe_enqueue_py_host_func")(lambda: time.sleep(0.01))
 print("EXITING", flush=True)
 """,
+    # Cleanup still pending on the cleanup thread at exit (a dropped queue
+    # whose stream waits for a flag never signalled, device memory and
+    # events released after it): the thread must stop calling the driver
+    # before the driver tears itself down.
+    "cleanup-pending": r"""
+import gc, time
+from max.driver import Accelerator, Buffer, CompletionFlag, DeviceEvent, DeviceQueue
+from max.dtype import DType
+acc = Accelerator()
+q = DeviceQueue(acc)
+f = CompletionFlag(acc)
+q.wait_for_host_value(f, 1)
+buf = Buffer(DType.int8, (1 << 16,), q)
+events = [q.record_event(), DeviceEvent(acc, enable_timing=True)]
+q.wait_for(events[0])
+del q, buf, events
+gc.collect()
+time.sleep(0.1)
+print("EXITING", flush=True)
+""",
     "events-and-flags-alive": r"""
 from max.driver import Accelerator, CompletionFlag, DeviceEvent, DeviceQueue
 acc = Accelerator()
@@ -214,5 +234,8 @@ def test_interpreter_exit_with_pending_work(run_acc_py, scenario):
     assert "SHOULD-NOT-RUN" not in r.stdout
     assert "Fatal Python error" not in r.stderr, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
+    # No driver call after the driver tore itself down at exit (the fake
+    # driver reports one on stderr).
+    assert "fake_gpu: violation" not in r.stderr, r.stderr
     # "promptly": far below the 60 s the sleeping host function would take.
     assert elapsed < 30, elapsed

@@ -1,12 +1,14 @@
 /* Configuration, call counters, fault injection and error names of the
  * fake GPU driver: everything the two API fronts share that is not a
  * stream, an event or host memory. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fake_gpu.h"
 
@@ -114,6 +116,14 @@ static void fake_init(void)
         cfg->queue_depth = 1;
     cfg->stream_mem_ops = (int)fake_env_int("FAKE_GPU_STREAM_MEM_OPS", 1) != 0;
     cfg->memory_pools = (int)fake_env_int("FAKE_GPU_MEMORY_POOLS", 1) != 0;
+    cfg->cross_device_events =
+        fake_env_int("FAKE_GPU_CROSS_DEVICE_EVENTS", 1) != 0;
+    cfg->context_check = fake_env_int("FAKE_GPU_CONTEXT_CHECK", 1) != 0;
+    cfg->host_copy_sync = fake_env_int("FAKE_GPU_HOST_COPY_SYNC", 1) != 0;
+    cfg->pinned_alloc_sync = fake_env_int("FAKE_GPU_PINNED_ALLOC_SYNC", 1) != 0;
+    cfg->exit_check = fake_env_int("FAKE_GPU_EXIT_CHECK", 1) != 0;
+    /* As on current NVIDIA GPUs (CU_DEVICE_ATTRIBUTE_MAX_PITCH). */
+    cfg->max_pitch = (size_t)fake_env_int("FAKE_GPU_MAX_PITCH", INT_MAX);
     fake_arm_from_env();
 }
 
@@ -121,6 +131,12 @@ const fake_config *fake_cfg(void)
 {
     pthread_once(&fake_once, fake_init);
     return &fake_config_value;
+}
+
+int fake_max_pitch_attribute(void)
+{
+    size_t pitch = fake_cfg()->max_pitch;
+    return pitch > INT_MAX ? INT_MAX : (int)pitch;
 }
 
 bool fake_valid_device(int device)
@@ -179,11 +195,46 @@ static unsigned fake_refuse_callback_call(int id, const char *kind)
     return hip ? FAKE_E_NOT_SUPPORTED : FAKE_E_NOT_PERMITTED;
 }
 
+/* ---- Process exit ----------------------------------------------------
+ * Real drivers tear themselves down when the process exits (library
+ * destructors, exit handlers they register); a thread that still calls the
+ * driver then may crash or hang.  The fake's destructor marks the driver
+ * shut down, and every later call fails (fake_enter).  While streams are
+ * still alive it then takes FAKE_TEARDOWN_MS, as a driver's teardown of
+ * its contexts takes a while, so that a thread of the application that
+ * keeps polling the driver is caught calling.  The fake's own threads
+ * never enter an entry point: they are not affected. */
+
+enum { FAKE_TEARDOWN_MS = 50 };
+
+static atomic_bool fake_shut_down;
+
+__attribute__((destructor)) static void fake_teardown(void)
+{
+    atomic_store(&fake_shut_down, true);
+    if (fake_cfg()->exit_check && fake_streams_alive()) {
+        struct timespec pause = {0, FAKE_TEARDOWN_MS * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+}
+
+/* The driver is gone: no effect, DEINITIALIZED; the string-returning HIP
+ * calls cannot fail, so they are only recorded. */
+static unsigned fake_refuse_after_exit(int id)
+{
+    fake_violation("%s called after the driver shut down at process exit; "
+                   "a real driver may crash or hang here",
+                   fake_names[id]);
+    return fake_can_fail(id) ? FAKE_E_DEINITIALIZED : 0;
+}
+
 unsigned fake_enter(int id)
 {
     pthread_once(&fake_once, fake_init);
     atomic_fetch_add_explicit(&fake_calls[id], 1, memory_order_relaxed);
     fake_current_entry = id;
+    if (atomic_load(&fake_shut_down) && fake_config_value.exit_check)
+        return fake_refuse_after_exit(id);
     const char *kind = fake_callback_kind();
     if (kind != NULL) /* before any fault: the call has no effect at all */
         return fake_refuse_callback_call(id, kind);

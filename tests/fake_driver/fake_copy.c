@@ -8,7 +8,8 @@
  * fails the stream with ILLEGAL_ADDRESS, as a GPU faults.  Pageable host
  * memory cannot be read by a DMA engine later, so the real drivers stage
  * it; the fake models the strictest case: the call waits until the stream
- * has finished its earlier work, copies, and returns. */
+ * has finished its earlier work, copies, and returns.  A copy between host
+ * memory (pinned or not) is synchronous the same way, as CUDA documents. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,13 +100,20 @@ static char *fake_locate_pinned(const char *entry, const char *verb,
 }
 
 /* Where the bytes of a device span are now (taking a reference on their
- * allocation, *held), or NULL after recording why there are none. */
+ * allocation, *held), or NULL after recording why there are none.  A peer
+ * copy names each side's device; other copies and fills reach the memory
+ * of the stream's device, or of a device it enabled peer access to (and,
+ * for memory of that device's pool, was granted access to the pool). */
 static char *fake_locate_device(const char *entry, const char *verb,
                                 const fake_span *sp, size_t extent,
                                 int stream_device, fake_dmem **held)
 {
     int want = sp->device >= 0 ? sp->device : stream_device;
     int have = fake_device_of(sp->addr);
+    fake_dmem *m = fake_dmem_at(sp->addr);
+    if (have >= 0 && have != want && sp->device < 0 &&
+        fake_peer_reachable(want, have, m != NULL && m->pooled))
+        want = have;
     if (have != want) {
         if (sp->device >= 0)
             fake_violation("%s %s 0x%" PRIxPTR " + %zu: memory of device %d, "
@@ -117,7 +125,6 @@ static char *fake_locate_device(const char *entry, const char *verb,
                            entry, verb, sp->addr, extent, have, want);
         return NULL;
     }
-    fake_dmem *m = fake_dmem_at(sp->addr);
     if (m == NULL || m->state != FAKE_DMEM_LIVE ||
         extent > m->size - (sp->addr - m->base)) {
         fake_violation("%s %s 0x%" PRIxPTR " + %zu outside any live "
@@ -191,18 +198,33 @@ void fake_transfer_run(fake_stream *s, fake_item *it, unsigned err)
         fake_execute(s, it->entry, &it->u.xfer);
 }
 
-/* The synchronous case (pageable host memory): after the stream's earlier
- * work, in the caller's thread, as the stream's next item. */
-static unsigned fake_run_now(fake_stream *s, const char *entry,
+/* Why a transfer must run in the call, or NULL when it is a stream item:
+ * pageable host memory, which no DMA engine can read later, or (a copy
+ * with) host memory on both sides, pinned or not: CUDA's "API
+ * synchronization behavior" makes a host-to-host copy synchronous. */
+static const char *fake_synchronous(const fake_transfer *x)
+{
+    bool copy = x->fill_size == 0;
+    if (x->dst.kind == FAKE_SPAN_PAGEABLE ||
+        (copy && x->src.kind == FAKE_SPAN_PAGEABLE))
+        return "with pageable host memory";
+    if (copy && fake_cfg()->host_copy_sync && x->dst.kind != FAKE_SPAN_DEVICE &&
+        x->src.kind != FAKE_SPAN_DEVICE)
+        return "between host memory";
+    return NULL;
+}
+
+/* The synchronous case (fake_synchronous says why): after the stream's
+ * earlier work, in the caller's thread, as the stream's next item. */
+static unsigned fake_run_now(fake_stream *s, const char *entry, const char *why,
                              const fake_transfer *x)
 {
     s->refs++;              /* it may be destroyed meanwhile */
     fake_implicit_waits(s); /* so that draining s covers them */
     if (!fake_drain_stream(s))
-        fake_violation("%s with pageable host memory would deadlock: its "
-                       "stream is still busy after %d s; a real driver "
-                       "hangs here",
-                       entry, fake_cfg()->hang_seconds);
+        fake_violation("%s %s would deadlock: its stream is still busy "
+                       "after %d s; a real driver hangs here",
+                       entry, why, fake_cfg()->hang_seconds);
     if (s->pending_fault != 0) {
         s->sticky = s->pending_fault;
         s->pending_fault = 0;
@@ -235,9 +257,9 @@ static unsigned fake_submit(void *stream, fake_transfer *x,
     if (rc == FAKE_E_OK && (!fake_valid_extent(x, &x->dst) ||
                             (src != NULL && !fake_valid_extent(x, &x->src))))
         rc = FAKE_E_INVALID_VALUE;
-    if (rc == FAKE_E_OK && (x->dst.kind == FAKE_SPAN_PAGEABLE ||
-                            (src != NULL && x->src.kind == FAKE_SPAN_PAGEABLE)))
-        rc = fake_run_now(s, it->entry, x);
+    const char *why = rc == FAKE_E_OK ? fake_synchronous(x) : NULL;
+    if (why != NULL)
+        rc = fake_run_now(s, it->entry, why, x);
     else if (rc == FAKE_E_OK) {
         it->type = FAKE_ITEM_TRANSFER;
         it->u.xfer = *x;
@@ -256,6 +278,15 @@ unsigned fake_copy(void *stream, const fake_side *dst, const fake_side *src,
 {
     fake_transfer x = {.width = width, .height = height};
     return fake_submit(stream, &x, dst, src);
+}
+
+unsigned fake_copy_2d(void *stream, const fake_side *dst, const fake_side *src,
+                      size_t width, size_t height)
+{
+    size_t max = fake_cfg()->max_pitch;
+    if (dst->pitch > max || src->pitch > max)
+        return FAKE_E_INVALID_VALUE;
+    return fake_copy(stream, dst, src, width, height);
 }
 
 /* The pointer must be aligned to the element size (INVALID_VALUE). */

@@ -225,6 +225,9 @@ static bool fake_attribute(cu_device_attribute attrib, int *value)
     switch (attrib) {
     case 1: *value = 1024; return true; /* MAX_THREADS_PER_BLOCK */
     case 10: *value = 32; return true;  /* WARP_SIZE */
+    case FAKE_CU_ATTR_MAX_PITCH:
+        *value = fake_max_pitch_attribute();
+        return true;
     case 16: *value = 132; return true; /* MULTIPROCESSOR_COUNT */
     case FAKE_CU_ATTR_INTEGRATED: *value = cfg->integrated; return true;
     case 19:
@@ -338,6 +341,28 @@ unsigned fake_cuda_stream(cu_stream handle, void **stream)
                                dev, stream);
 }
 
+unsigned fake_cuda_enqueue_context(void *stream)
+{
+    int device, current;
+    if (!fake_cfg()->context_check || !fake_stream_device(stream, &device))
+        return FAKE_E_OK;
+    if (fake_cuda_current_device(&current) != FAKE_E_OK) {
+        fake_violation("%s enqueued work on a stream of device %d with no "
+                       "current context; real drivers refuse it "
+                       "(CUDA_ERROR_INVALID_CONTEXT)",
+                       fake_current_entry_name(), device);
+        return FAKE_E_INVALID_CONTEXT;
+    }
+    if (current != device) {
+        fake_violation("%s enqueued work on a stream of device %d while the "
+                       "context of device %d is current; real drivers refuse "
+                       "it (CUDA_ERROR_INVALID_CONTEXT)",
+                       fake_current_entry_name(), device, current);
+        return FAKE_E_INVALID_CONTEXT;
+    }
+    return FAKE_E_OK;
+}
+
 /* The fake refuses the NULL stream: passing 0 is INVALID_HANDLE, so a
  * backend that uses it (SPEC: every queue is a stream of its own) fails.
  * The special streams cannot be destroyed either (INVALID_HANDLE). */
@@ -365,7 +390,7 @@ cu_result cuStreamWaitEvent(cu_stream stream, cu_event event,
                             unsigned int flags)
 {
     FAKE_CU_BEGIN(cuStreamWaitEvent);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     if (flags != 0)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_wait_event(stream, event);
@@ -376,7 +401,7 @@ cu_result cuStreamWaitValue64(cu_stream stream, cu_deviceptr addr,
 {
     enum { FLUSH = 1u << 30 };
     FAKE_CU_BEGIN(cuStreamWaitValue64);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     if (!fake_cfg()->stream_mem_ops)
         return FAKE_E_NOT_SUPPORTED; /* a device or driver without them */
     if ((flags & ~(3u | FLUSH)) != 0)
@@ -388,7 +413,7 @@ cu_result cuStreamWaitValue64(cu_stream stream, cu_deviceptr addr,
 cu_result cuLaunchHostFunc(cu_stream stream, cu_host_fn fn, void *user_data)
 {
     FAKE_CU_BEGIN(cuLaunchHostFunc);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     return fake_stream_host_fn(stream, fn, user_data);
 }
 
@@ -396,7 +421,7 @@ cu_result cuStreamAddCallback(cu_stream stream, cu_stream_callback callback,
                               void *user_data, unsigned int flags)
 {
     FAKE_CU_BEGIN(cuStreamAddCallback);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     if (flags != 0)
         return FAKE_E_INVALID_VALUE;
     return fake_stream_callback(stream, FAKE_CB_CUDA, (void (*)(void))callback,
@@ -427,7 +452,7 @@ cu_result cuEventDestroy(cu_event event)
 cu_result cuEventRecord(cu_event event, cu_stream stream)
 {
     FAKE_CU_BEGIN(cuEventRecord);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     return fake_event_record(event, stream);
 }
 

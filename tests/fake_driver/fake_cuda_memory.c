@@ -61,7 +61,7 @@ cu_result cuMemAllocAsync(cu_deviceptr *ptr, size_t bytes, cu_stream stream)
 {
     uintptr_t p;
     FAKE_CU_BEGIN(cuMemAllocAsync);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     if (!fake_cfg()->memory_pools)
         return FAKE_E_NOT_SUPPORTED;
     if (ptr == NULL)
@@ -75,7 +75,7 @@ cu_result cuMemAllocAsync(cu_deviceptr *ptr, size_t bytes, cu_stream stream)
 cu_result cuMemFreeAsync(cu_deviceptr ptr, cu_stream stream)
 {
     FAKE_CU_BEGIN(cuMemFreeAsync);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     if (!fake_cfg()->memory_pools)
         return FAKE_E_NOT_SUPPORTED;
     return fake_dmem_free_async(stream, (uintptr_t)ptr);
@@ -100,7 +100,7 @@ cu_result cuMemcpyHtoDAsync(cu_deviceptr dst, const void *src, size_t bytes,
                             cu_stream stream)
 {
     FAKE_CU_BEGIN(cuMemcpyHtoDAsync);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     fake_side d = fake_device_side(dst, bytes), s = fake_host_side(src, bytes);
     return fake_copy(stream, &d, &s, bytes, 1);
 }
@@ -109,7 +109,7 @@ cu_result cuMemcpyDtoHAsync(void *dst, cu_deviceptr src, size_t bytes,
                             cu_stream stream)
 {
     FAKE_CU_BEGIN(cuMemcpyDtoHAsync);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     fake_side d = fake_host_side(dst, bytes), s = fake_device_side(src, bytes);
     return fake_copy(stream, &d, &s, bytes, 1);
 }
@@ -118,7 +118,7 @@ cu_result cuMemcpyDtoDAsync(cu_deviceptr dst, cu_deviceptr src, size_t bytes,
                             cu_stream stream)
 {
     FAKE_CU_BEGIN(cuMemcpyDtoDAsync);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     fake_side d = fake_device_side(dst, bytes);
     fake_side s = fake_device_side(src, bytes);
     return fake_copy(stream, &d, &s, bytes, 1);
@@ -130,7 +130,7 @@ cu_result cuMemcpyPeerAsync(cu_deviceptr dst, cu_context dst_ctx,
                             cu_stream stream)
 {
     FAKE_CU_BEGIN(cuMemcpyPeerAsync);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     fake_side d = fake_device_side(dst, bytes);
     fake_side s = fake_device_side(src, bytes);
     if (!fake_cuda_context_device(dst_ctx, &d.device) ||
@@ -163,7 +163,7 @@ cu_result cuMemcpy2DAsync(const cu_memcpy2d *copy, cu_stream stream)
 {
     fake_side d, s;
     FAKE_CU_BEGIN(cuMemcpy2DAsync);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     if (copy == NULL)
         return FAKE_E_INVALID_VALUE;
     unsigned rc =
@@ -174,7 +174,7 @@ cu_result cuMemcpy2DAsync(const cu_memcpy2d *copy, cu_stream stream)
                           copy->srcXInBytes, copy->srcY, copy->srcPitch, &s);
     if (rc != FAKE_E_OK)
         return rc;
-    return fake_copy(stream, &d, &s, copy->WidthInBytes, copy->Height);
+    return fake_copy_2d(stream, &d, &s, copy->WidthInBytes, copy->Height);
 }
 
 /* ---- Fills ---------------------------------------------------------- */
@@ -183,7 +183,7 @@ cu_result cuMemsetD8Async(cu_deviceptr dst, unsigned char value, size_t count,
                           cu_stream stream)
 {
     FAKE_CU_BEGIN(cuMemsetD8Async);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     return fake_fill(stream, (uintptr_t)dst, 1, value, count);
 }
 
@@ -191,7 +191,7 @@ cu_result cuMemsetD16Async(cu_deviceptr dst, unsigned short value, size_t count,
                            cu_stream stream)
 {
     FAKE_CU_BEGIN(cuMemsetD16Async);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     return fake_fill(stream, (uintptr_t)dst, 2, value, count);
 }
 
@@ -199,6 +199,6 @@ cu_result cuMemsetD32Async(cu_deviceptr dst, unsigned int value, size_t count,
                            cu_stream stream)
 {
     FAKE_CU_BEGIN(cuMemsetD32Async);
-    FAKE_CU_STREAM(stream);
+    FAKE_CU_ENQUEUE(stream);
     return fake_fill(stream, (uintptr_t)dst, 4, value, count);
 }

@@ -261,6 +261,7 @@ unsigned fake_dmem_alloc_async(void *stream, size_t bytes, uintptr_t *ptr)
         free(it);
         return rc;
     }
+    x->pooled = true;
     x->refs++;
     it->type = FAKE_ITEM_ALLOC;
     it->u.dmem = x;

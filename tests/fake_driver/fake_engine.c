@@ -366,6 +366,16 @@ void fake_stream_retire(void *h)
     pthread_mutex_unlock(&fake_lock);
 }
 
+bool fake_stream_device(void *h, int *device)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_stream *s = fake_find_stream(h);
+    if (s != NULL)
+        *device = s->device;
+    pthread_mutex_unlock(&fake_lock);
+    return s != NULL;
+}
+
 unsigned fake_stream_query(void *h)
 {
     pthread_mutex_lock(&fake_lock);
@@ -700,7 +710,15 @@ unsigned fake_event_record(void *eh, void *sh)
     }
     fake_event *e = fake_find_event(eh);
     if (e == NULL || e->device != s->device) {
-        /* CUDA: event and stream must belong to the same context. */
+        /* Event and stream must belong to the same context (CUDA) or
+         * device (HIP): a backend that does this has lost track of a
+         * device, so it is a violation too. */
+        if (e != NULL && fake_cfg()->cross_device_events)
+            fake_violation("%s: an event of device %d recorded on a stream "
+                           "of device %d; real drivers refuse it "
+                           "(CUDA_ERROR_INVALID_HANDLE / "
+                           "hipErrorInvalidHandle)",
+                           it->entry, e->device, s->device);
         pthread_mutex_unlock(&fake_lock);
         free(it);
         free(m);
@@ -771,6 +789,17 @@ unsigned fake_event_elapsed(float *ms, void *start, void *end)
         *ms = (float)((double)((int64_t)(b->time_ns - a->time_ns)) / 1e6);
     pthread_mutex_unlock(&fake_lock);
     return rc;
+}
+
+/* Never waits: a lock held elsewhere (even by a thread that did not
+ * survive a fork) counts as alive. */
+bool fake_streams_alive(void)
+{
+    if (pthread_mutex_trylock(&fake_lock) != 0)
+        return true;
+    bool alive = fake_all_streams != NULL;
+    pthread_mutex_unlock(&fake_lock);
+    return alive;
 }
 
 /* ---- Control API (objects) ------------------------------------------ */

@@ -57,6 +57,7 @@ typedef struct fake_dmem {
     char *backing;
     fake_dmem_state state;
     bool free_enqueued; /* a stream-ordered free is on its way */
+    bool pooled;        /* from the device's pool (stream-ordered) */
     int refs;           /* the device's table, items, copies in flight */
 } fake_dmem;
 

@@ -62,12 +62,29 @@
         stream = fake_named_;                                                  \
     } while (0)
 
+/* CUDA: the stream parameter of an entry point that enqueues work on it,
+ * resolved as by FAKE_CU_STREAM; then the calling thread's current context
+ * must be the primary context of the stream's device (fake_cuda_enqueue_
+ * context), else the entry point returns INVALID_CONTEXT. */
+#define FAKE_CU_ENQUEUE(stream)                                                \
+    do {                                                                       \
+        FAKE_CU_STREAM(stream);                                                \
+        unsigned fake_rx_ = fake_cuda_enqueue_context(stream);                 \
+        if (fake_rx_ != 0)                                                     \
+            return fake_rx_;                                                   \
+    } while (0)
+
 /* CU_STREAM_LEGACY (0x1) and CU_STREAM_PER_THREAD (0x2): those of the
  * current context's device (INVALID_CONTEXT without one).  Any other
  * handle is passed on as it is, 0 included: CUDA's NULL stream is the
  * legacy stream too, but the fake refuses it (INVALID_HANDLE) so that a
  * backend that leaves a stream handle zero fails loudly. */
 unsigned fake_cuda_stream(cu_stream handle, void **stream);
+/* Real drivers enqueue in the stream's context and refuse work while
+ * another context (or none) is current: INVALID_CONTEXT and a violation,
+ * unless FAKE_GPU_CONTEXT_CHECK=0.  A handle that names no stream passes,
+ * for the engine to refuse (INVALID_HANDLE). */
+unsigned fake_cuda_enqueue_context(void *stream);
 /* 0: the null stream of the current device. */
 unsigned fake_hip_stream(hip_stream handle, void **stream);
 

@@ -24,6 +24,7 @@ enum {
     FAKE_E_INVALID_VALUE = 1,
     FAKE_E_OUT_OF_MEMORY = 2,
     FAKE_E_NOT_INITIALIZED = 3,
+    FAKE_E_DEINITIALIZED = 4,
     FAKE_E_NO_DEVICE = 100,
     FAKE_E_INVALID_DEVICE = 101,
     FAKE_E_INVALID_CONTEXT = 201,
@@ -51,6 +52,7 @@ enum {
         FAKE_STREAM_LEGACY | FAKE_STREAM_PER_THREAD | FAKE_STREAM_NULL,
     FAKE_EVENT_DISABLE_TIMING = 0x2, /* CU_ / hipEventDisableTiming */
     FAKE_CU_MEMHOSTALLOC_DEVICEMAP = 0x2,
+    FAKE_CU_ATTR_MAX_PITCH = 11,
     FAKE_CU_ATTR_INTEGRATED = 18,
     FAKE_CU_ATTR_CC_MAJOR = 75,
     FAKE_CU_ATTR_CC_MINOR = 76,
@@ -59,6 +61,7 @@ enum {
     FAKE_CU_ATTR_MEMORY_POOLS = 115,
     FAKE_CU_ATTR_64_BIT_STREAM_MEM_OPS = 122, /* CUDA 12.0 and later */
     FAKE_HIP_ATTR_INTEGRATED = 16,            /* hipDeviceAttributeIntegrated */
+    FAKE_HIP_ATTR_MAX_PITCH = 58,             /* hipDeviceAttributeMaxPitch */
     FAKE_HIP_ATTR_MEMORY_POOLS = 88,
     FAKE_HIP_ATTR_STREAM_WAIT_VALUE = 10013,
     FAKE_POINTER_DEVICE_ORDINAL = 9, /* CU_ / HIP_POINTER_ATTRIBUTE_... */
@@ -141,9 +144,20 @@ typedef struct fake_config {
     long long queue_depth; /* pending items a stream takes before it blocks */
     int stream_mem_ops; /* 0: no cuStreamWaitValue64 / hipStreamWaitValue64 */
     int memory_pools;   /* 0: no stream-ordered allocation */
+    /* The real-driver rules that can be turned off (README, "Real-driver
+     * rules"): each is on unless its variable is 0. */
+    int cross_device_events; /* a cross-device event record is a violation */
+    int context_check;     /* CUDA enqueues need the stream's context current */
+    int host_copy_sync;    /* copies between host memory are synchronous */
+    int pinned_alloc_sync; /* pinned allocation synchronises the device */
+    int exit_check;        /* calls after the library's destructor fail */
+    size_t max_pitch;      /* not a switch: the largest 2-D copy pitch */
 } fake_config;
 
 const fake_config *fake_cfg(void);
+/* FAKE_GPU_MAX_PITCH as the int attribute that reports it (CUDA 11, HIP
+ * 58), saturated. */
+int fake_max_pitch_attribute(void);
 bool fake_valid_device(int device);
 /* Writes "<prefix> <device>" into name[len] (truncated, NUL-terminated). */
 void fake_device_name(int device, char *name, int len);
@@ -193,6 +207,11 @@ enum fake_special {
 unsigned fake_special_stream(enum fake_special which, int device, void **out);
 /* Destroys a special stream (its pending work still completes). */
 void fake_stream_retire(void *stream);
+/* Whether any stream (destroyed ones still draining included) exists, for
+ * the teardown at exit. */
+bool fake_streams_alive(void);
+/* The device of the stream a handle names; false when it names none. */
+bool fake_stream_device(void *stream, int *device);
 unsigned fake_stream_query(void *stream);
 unsigned fake_stream_synchronize(void *stream);
 unsigned fake_stream_wait_event(void *stream, void *event);
@@ -252,6 +271,10 @@ typedef struct fake_side {
  * and returns the stream's error. */
 unsigned fake_copy(void *stream, const fake_side *dst, const fake_side *src,
                    size_t width, size_t height);
+/* A 2-D copy: a pitch above FAKE_GPU_MAX_PITCH is INVALID_VALUE (no
+ * effect), as on a real device. */
+unsigned fake_copy_2d(void *stream, const fake_side *dst, const fake_side *src,
+                      size_t width, size_t height);
 /* Fills `count` elements of `size` (1, 2 or 4) bytes with `value`. */
 unsigned fake_fill(void *stream, uintptr_t dst, unsigned size, uint32_t value,
                    size_t count);
@@ -271,6 +294,11 @@ FAKE_EXPORT int fake_gpu_threads(void);
 FAKE_EXPORT int fake_gpu_violations(void);
 FAKE_EXPORT const char *fake_gpu_violation(int i);
 FAKE_EXPORT void fake_gpu_clear_violations(void);
+/* fake_hostmem.c: bytes of live pinned host allocations (their requested
+ * sizes), or with `peak` their peak since load or the last
+ * fake_gpu_reset_pinned_peak, which sets the peak to the current bytes. */
+FAKE_EXPORT unsigned long long fake_gpu_pinned_bytes(int peak);
+FAKE_EXPORT void fake_gpu_reset_pinned_peak(void);
 /* fake_peer.c: whether `device` enabled peer access to `peer`; whether
  * `device` may use memory of `owner`'s default pool; that pool's release
  * threshold (-1 / 0 for an invalid device). */

@@ -93,6 +93,9 @@ static bool fake_attribute(hip_device_attribute attrib, int *value)
 {
     switch (attrib) {
     case FAKE_HIP_ATTR_INTEGRATED: *value = fake_cfg()->integrated; return true;
+    case FAKE_HIP_ATTR_MAX_PITCH:
+        *value = fake_max_pitch_attribute();
+        return true;
     case FAKE_HIP_ATTR_MEMORY_POOLS:
         *value = fake_cfg()->memory_pools;
         return true;

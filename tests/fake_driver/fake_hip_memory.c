@@ -153,7 +153,7 @@ hip_result hipMemcpy2DAsync(void *dst, size_t dst_pitch, const void *src,
         d.role = kind & 1 ? FAKE_ROLE_DEVICE : FAKE_ROLE_HOST; /* 1, 3 */
         s.role = kind & 2 ? FAKE_ROLE_DEVICE : FAKE_ROLE_HOST; /* 2, 3 */
     }
-    return fake_copy(stream, &d, &s, width, height);
+    return fake_copy_2d(stream, &d, &s, width, height);
 }
 
 /* ---- Fills ---------------------------------------------------------- */

@@ -1,5 +1,6 @@
-/* Pinned host memory: allocation, device views, and the free that
- * synchronises the device (fake_engine.h describes the locking). */
+/* Pinned host memory: allocation and free, which synchronise the device,
+ * device views, and the pinned bytes of the control API (fake_engine.h
+ * describes the locking). */
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -9,6 +10,9 @@
 static fake_alloc *fake_allocs;
 static size_t *fake_allocated; /* bytes per device */
 static int fake_live_allocs;
+/* Bytes of live pinned allocations, and their peak since load or the last
+ * fake_gpu_reset_pinned_peak. */
+static size_t fake_pinned_now, fake_pinned_peak;
 
 int fake_host_allocs(void)
 {
@@ -89,6 +93,10 @@ unsigned fake_host_alloc(int device, size_t bytes, bool mapped, void **host)
         a->refs = 1;
     }
     pthread_mutex_lock(&fake_lock);
+    /* Page-locking synchronises the device as freeing does (CUDA documents
+     * both as implicit synchronisation). */
+    if (a != NULL && fake_cfg()->pinned_alloc_sync)
+        fake_sync_device(device);
     if (a == NULL || !fake_charge(device, bytes)) {
         pthread_mutex_unlock(&fake_lock);
         free(a);
@@ -103,6 +111,9 @@ unsigned fake_host_alloc(int device, size_t bytes, bool mapped, void **host)
     a->next = fake_allocs;
     fake_allocs = a;
     fake_live_allocs++;
+    fake_pinned_now += bytes;
+    if (fake_pinned_now > fake_pinned_peak)
+        fake_pinned_peak = fake_pinned_now;
     pthread_mutex_unlock(&fake_lock);
     *host = a->host;
     return FAKE_E_OK;
@@ -186,7 +197,25 @@ unsigned fake_host_free(void *host)
     a->freed = true;
     fake_uncharge(a->device, a->size);
     fake_live_allocs--;
+    fake_pinned_now -= a->size;
     fake_alloc_unref(a);
     pthread_mutex_unlock(&fake_lock);
     return FAKE_E_OK;
+}
+
+/* ---- Control API (pinned bytes) ------------------------------------- */
+
+FAKE_EXPORT unsigned long long fake_gpu_pinned_bytes(int peak)
+{
+    pthread_mutex_lock(&fake_lock);
+    size_t n = peak ? fake_pinned_peak : fake_pinned_now;
+    pthread_mutex_unlock(&fake_lock);
+    return n;
+}
+
+FAKE_EXPORT void fake_gpu_reset_pinned_peak(void)
+{
+    pthread_mutex_lock(&fake_lock);
+    fake_pinned_peak = fake_pinned_now;
+    pthread_mutex_unlock(&fake_lock);
 }

@@ -57,6 +57,8 @@ SIGNATURES = {
     "cuDevicePrimaryCtxRetain": [P, INT],
     "cuCtxPushCurrent_v2": [P],
     "cuCtxPopCurrent_v2": [P],
+    "cuCtxGetCurrent": [P],
+    "cuCtxEnablePeerAccess": [P, U],
     "cuMemGetInfo_v2": [P, P],
     "cuDeviceGetGraphMemAttribute": [INT, U, P],
     "cuStreamCreate": [P, U],
@@ -90,6 +92,9 @@ SIGNATURES = {
     "cuMemsetD16Async": [U64, U16, SIZE, P],
     "cuMemsetD32Async": [U64, U, SIZE, P],
     "cuPointerGetAttribute": [P, U, U64],
+    "cuDeviceGetDefaultMemPool": [P, INT],
+    "cuMemPoolSetAttribute": [P, U, P],
+    "cuMemPoolSetAccess": [P, P, SIZE],
     # HIP
     "hipInit": [U],
     "hipGetDeviceCount": [P],
@@ -130,6 +135,10 @@ SIGNATURES = {
     "hipMemsetD16Async": [P, U16, SIZE, P],
     "hipMemsetD32Async": [P, INT, SIZE, P],
     "hipPointerGetAttribute": [P, U, P],
+    "hipDeviceEnablePeerAccess": [INT, U],
+    "hipDeviceGetDefaultMemPool": [P, INT],
+    "hipMemPoolSetAttribute": [P, U, P],
+    "hipMemPoolSetAccess": [P, P, SIZE],
     # Control API
     "fake_gpu_fail": [ctypes.c_char_p, INT, INT],
     "fake_gpu_reset": [],
@@ -142,6 +151,11 @@ SIGNATURES = {
     "fake_gpu_violations": [],
     "fake_gpu_violation": [INT],
     "fake_gpu_clear_violations": [],
+    "fake_gpu_peer_access": [INT, INT],
+    "fake_gpu_pool_access": [INT, INT],
+    "fake_gpu_pool_release_threshold": [INT],
+    "fake_gpu_pinned_bytes": [INT],
+    "fake_gpu_reset_pinned_peak": [],
 }
 RESTYPES = {
     "hipGetErrorName": ctypes.c_char_p,
@@ -151,11 +165,15 @@ RESTYPES = {
     "fake_gpu_special_stream": ctypes.c_void_p,
     "fake_gpu_violation": ctypes.c_char_p,
     "fake_gpu_clear_violations": None,
+    "fake_gpu_pool_release_threshold": ctypes.c_ulonglong,
+    "fake_gpu_pinned_bytes": ctypes.c_ulonglong,
+    "fake_gpu_reset_pinned_peak": None,
 }
 
 CUDA_NAMES = """cuInit cuGetErrorName cuGetErrorString cuDeviceGetCount cuDeviceGet
 cuDeviceGetName cuDeviceGetAttribute cuDeviceTotalMem cuDeviceCanAccessPeer
-cuDevicePrimaryCtxRetain cuCtxPushCurrent cuCtxPopCurrent cuMemGetInfo
+cuDevicePrimaryCtxRetain cuCtxPushCurrent cuCtxPopCurrent cuCtxGetCurrent
+cuCtxEnablePeerAccess cuMemGetInfo
 cuDeviceGetGraphMemAttribute cuStreamCreate cuStreamDestroy cuStreamQuery
 cuStreamSynchronize cuStreamWaitEvent cuEventCreate cuEventDestroy cuEventRecord
 cuEventQuery cuEventSynchronize cuEventElapsedTime cuMemHostAlloc
@@ -163,7 +181,8 @@ cuMemHostGetDevicePointer cuMemFreeHost cuStreamWaitValue64 cuLaunchHostFunc
 cuStreamAddCallback cuMemAlloc cuMemFree cuMemAllocAsync cuMemFreeAsync
 cuMemcpyHtoDAsync cuMemcpyDtoHAsync cuMemcpyDtoDAsync cuMemcpyPeerAsync
 cuMemcpy2DAsync cuMemsetD8Async cuMemsetD16Async cuMemsetD32Async
-cuPointerGetAttribute""".split()
+cuPointerGetAttribute cuDeviceGetDefaultMemPool cuMemPoolSetAttribute
+cuMemPoolSetAccess""".split()
 CUDA_V2 = """cuDeviceTotalMem cuCtxPushCurrent cuCtxPopCurrent cuMemGetInfo
 cuStreamDestroy cuEventDestroy cuMemHostGetDevicePointer cuStreamWaitValue64
 cuEventElapsedTime cuMemAlloc cuMemFree cuMemcpyHtoDAsync cuMemcpyDtoHAsync
@@ -178,7 +197,43 @@ hipEventElapsedTime hipHostMalloc hipHostGetDevicePointer hipHostFree
 hipStreamWaitValue64 hipLaunchHostFunc hipStreamAddCallback hipMalloc hipFree
 hipMallocAsync hipFreeAsync hipMemcpyHtoDAsync hipMemcpyDtoHAsync
 hipMemcpyDtoDAsync hipMemcpyPeerAsync hipMemcpy2DAsync hipMemsetD8Async
-hipMemsetD16Async hipMemsetD32Async hipPointerGetAttribute""".split()
+hipMemsetD16Async hipMemsetD32Async hipPointerGetAttribute hipDeviceEnablePeerAccess
+hipDeviceGetDefaultMemPool hipMemPoolSetAttribute hipMemPoolSetAccess""".split()
+
+
+class Memcpy2D(ctypes.Structure):
+    """CUDA_MEMCPY2D (cu_memcpy2d)."""
+
+    _fields_ = [
+        ("srcXInBytes", ctypes.c_size_t),
+        ("srcY", ctypes.c_size_t),
+        ("srcMemoryType", ctypes.c_uint),
+        ("srcHost", ctypes.c_void_p),
+        ("srcDevice", ctypes.c_uint64),
+        ("srcArray", ctypes.c_void_p),
+        ("srcPitch", ctypes.c_size_t),
+        ("dstXInBytes", ctypes.c_size_t),
+        ("dstY", ctypes.c_size_t),
+        ("dstMemoryType", ctypes.c_uint),
+        ("dstHost", ctypes.c_void_p),
+        ("dstDevice", ctypes.c_uint64),
+        ("dstArray", ctypes.c_void_p),
+        ("dstPitch", ctypes.c_size_t),
+        ("WidthInBytes", ctypes.c_size_t),
+        ("Height", ctypes.c_size_t),
+    ]
+
+
+class MemAccessDesc(ctypes.Structure):
+    """CUmemAccessDesc / hipMemAccessDesc (one layout)."""
+
+    _fields_ = [("type", U), ("id", INT), ("flags", U)]
+
+
+MEMORYTYPE_HOST, MEMORYTYPE_DEVICE = 1, 2
+ACCESS_NONE, ACCESS_READWRITE = 0, 3
+LOCATION_DEVICE = 1  # CU_MEM_LOCATION_TYPE_DEVICE / hipMemLocationTypeDevice
+RELEASE_THRESHOLD = 4  # CU_MEMPOOL_ATTR_ / hipMemPoolAttrReleaseThreshold
 
 
 def load(path: Path | str) -> ctypes.CDLL:
@@ -316,6 +371,11 @@ class Api:
         function, keeps the device's callback thread free.  Returns
         ``(flag, release)``; free ``flag`` once ``s`` is past the gate."""
         flag = self.host_alloc(8)
+        return flag, self.hold(s, flag)
+
+    def hold(self, s, flag):
+        """The gate of value_gate on an existing mapped pinned ``flag`` (8
+        bytes, reusable once ``s`` is past it): returns ``release``."""
         _, dev = self.device_ptr(flag)
         word = ctypes.c_uint64.from_address(flag)
         word.value = 0
@@ -324,7 +384,7 @@ class Api:
         def release():
             word.value = 1
 
-        return flag, release
+        return release
 
     # Device memory: pointers are ints, results (rc, value) where a value
     # comes back.
@@ -377,6 +437,58 @@ class Api:
         fn = "cuPointerGetAttribute" if self.api == "cuda" else "hipPointerGetAttribute"
         return getattr(self.lib, fn)(ref(d), attribute, ptr), d.value
 
+    def copy_2d(self, dst, dst_pitch, src, src_pitch, width, height, s, kind):
+        """A 2-D copy; ``kind`` as hipMemcpyKind: bit 0 says the destination
+        is device memory, bit 1 the source (0 host to host ... 3 device to
+        device)."""
+        if self.api == "hip":
+            return self.lib.hipMemcpy2DAsync(
+                dst, dst_pitch, src, src_pitch, width, height, kind, s
+            )
+        c = Memcpy2D(WidthInBytes=width, Height=height)
+        for side, ptr, pitch, device in (
+            ("dst", dst, dst_pitch, kind & 1),
+            ("src", src, src_pitch, kind & 2),
+        ):
+            setattr(
+                c, side + "MemoryType", MEMORYTYPE_DEVICE if device else MEMORYTYPE_HOST
+            )
+            setattr(c, side + ("Device" if device else "Host"), ptr)
+            setattr(c, side + "Pitch", pitch)
+        return self.lib.cuMemcpy2DAsync_v2(ref(c), s)
+
+    def enable_peer(self, peer):
+        """The current device enables access to ``peer``'s memory."""
+        if self.api == "hip":
+            return self.lib.hipDeviceEnablePeerAccess(peer, 0)
+        ctx = P()
+        assert self.lib.cuDevicePrimaryCtxRetain(ref(ctx), peer) == 0
+        return self.lib.cuCtxEnablePeerAccess(ctx, 0)
+
+    def default_pool(self, device):
+        pool = P()
+        rc = self.call(
+            "cuDeviceGetDefaultMemPool", "hipDeviceGetDefaultMemPool", ref(pool), device
+        )
+        assert rc == SUCCESS
+        return pool
+
+    def pool_access(self, pool, device, flags):
+        desc = MemAccessDesc(LOCATION_DEVICE, device, flags)
+        return self.call(
+            "cuMemPoolSetAccess", "hipMemPoolSetAccess", pool, ref(desc), 1
+        )
+
+    def pool_threshold(self, pool, value):
+        v = ctypes.c_uint64(value)
+        return self.call(
+            "cuMemPoolSetAttribute",
+            "hipMemPoolSetAttribute",
+            pool,
+            RELEASE_THRESHOLD,
+            ref(v),
+        )
+
     def wait_value(self, s, addr, value):
         if self.api == "cuda":
             return self.lib.cuStreamWaitValue64_v2(s, addr, value, WAIT_EQ)
@@ -407,6 +519,26 @@ def violations(lib) -> list[str]:
             break
         out.append(text.decode())
     return out
+
+
+def take_violations(lib) -> list[str]:
+    """violations(lib), then clears them."""
+    v = violations(lib)
+    lib.fake_gpu_clear_violations()
+    return v
+
+
+def pattern(n, seed=1) -> bytes:
+    """``n`` bytes that differ with ``seed``."""
+    return bytes((i * 7 + seed) % 251 for i in range(n))
+
+
+def pinned(api, data):
+    """A pinned host buffer holding ``data``: (address, ctypes view)."""
+    host = api.host_alloc(len(data))
+    view = (ctypes.c_char * len(data)).from_address(host)
+    view[:] = data
+    return host, view
 
 
 # A child interpreter's prologue: ``lib`` (initialised) and this module as

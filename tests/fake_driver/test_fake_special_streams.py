@@ -24,6 +24,7 @@ from .fakelib import (
     Ctx,
     P,
     ref,
+    violations,
     wait_until,
 )
 
@@ -130,6 +131,14 @@ def test_resolved_in_the_current_device(api, device):
         for h in special_handles(api):
             assert api.record(mine, P(h)) == SUCCESS
             assert api.record(other, P(h)) == INVALID_HANDLE
+    # Each refusal is a violation too (rule 8).
+    found = violations(api.lib)
+    api.lib.fake_gpu_clear_violations()
+    assert len(found) == len(special_handles(api))
+    assert all(
+        f"an event of device {1 - device} recorded on a stream of device {device}" in v
+        for v in found
+    ), found
     api.event_destroy(mine)
     api.event_destroy(other)
 
