@@ -11,8 +11,8 @@ CUDA driver, which counts pinned bytes (``fake_gpu_pinned_bytes``):
   memory for a host step) and over 20 ``to_numpy()`` of 64 MiB; the target
   is zero (no copy allocates pinned memory);
 * the host-side throughput of a 256 MiB upload and of a 256 MiB download
-  through the ring, against one ``memcpy`` of the same bytes
-  (``np.copyto``) in the same run: info.  The fake's DMA is itself a
+  (into a CPU buffer that exists already) through the ring, against one
+  ``memcpy`` of the same bytes (``np.copyto``) in the same run: info.  The fake's DMA is itself a
   memcpy on a host thread, so on a small machine the two halves compete
   for the same cores; a GPU run (scripts/gpu-check.sh) measures the real
   bandwidth.
@@ -83,7 +83,7 @@ def measure(reps: int, library: str) -> dict[str, object]:
     n = 64 * MIB  # int32: 256 MiB
     src, dst = np.ones(n, np.int32), np.empty(n, np.int32)
     big = driver.Buffer(DType.int32, (n,), queue)
-    host = driver.Buffer.from_numpy(src)
+    host, back = driver.Buffer.from_numpy(src), driver.Buffer.from_numpy(dst)
     times: dict[str, list[float]] = {"memcpy": [], "upload": [], "download": []}
     for _ in range(reps):
         start = time.perf_counter()
@@ -94,7 +94,7 @@ def measure(reps: int, library: str) -> dict[str, object]:
         queue.synchronize()
         times["upload"].append(time.perf_counter() - start)
         start = time.perf_counter()
-        big.to_numpy()
+        back.inplace_copy_from(big)  # complete on return
         times["download"].append(time.perf_counter() - start)
     out["times"] = times
     out["bytes"] = n * 4
