@@ -12,10 +12,10 @@ CUDA driver, which counts pinned bytes (``fake_gpu_pinned_bytes``):
   is zero (no copy allocates pinned memory);
 * the host-side throughput of a 256 MiB upload and of a 256 MiB download
   (into a CPU buffer that exists already) through the ring, against one
-  ``memcpy`` of the same bytes (``np.copyto``) in the same run: info.  The fake's DMA is itself a
-  memcpy on a host thread, so on a small machine the two halves compete
-  for the same cores; a GPU run (scripts/gpu-check.sh) measures the real
-  bandwidth.
+  ``memcpy`` of the same bytes (``np.copyto``) in the same run: info.  The
+  fake's DMA is itself a memcpy on a host thread, so on a small machine
+  the two halves compete for the same cores; a GPU run
+  (scripts/gpu-check.sh) measures the real bandwidth.
 """
 
 from __future__ import annotations
