@@ -33,6 +33,7 @@ import tempfile
 import time
 import timeit
 from pathlib import Path
+from typing import Any
 
 from benchmarks.run import NOOP, Result
 
@@ -130,10 +131,11 @@ def _child_env(library: Path) -> dict[str, str]:
     return env
 
 
-def run_child(library: Path, reps: int, number: int) -> Samples:
-    command = [sys.executable, "-m", "benchmarks.fake_gpu", str(reps), str(number)]
+def child_json(module: str, library: Path, *args: object) -> Any:
+    """Runs ``python -m module args...`` on the fake driver at ``library``:
+    the last line it prints, parsed as JSON."""
     proc = subprocess.run(
-        command,
+        [sys.executable, "-m", module, *map(str, args)],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
@@ -141,8 +143,14 @@ def run_child(library: Path, reps: int, number: int) -> Samples:
         timeout=600,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"the fake GPU child failed:\n{proc.stdout}{proc.stderr}")
+        raise RuntimeError(
+            f"{module} failed on the fake driver:\n{proc.stdout}{proc.stderr}"
+        )
     return json.loads(proc.stdout.splitlines()[-1])
+
+
+def run_child(library: Path, reps: int, number: int) -> Samples:
+    return child_json("benchmarks.fake_gpu", library, reps, number)
 
 
 def results(samples: Samples) -> list[Result]:

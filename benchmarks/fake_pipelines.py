@@ -20,14 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from benchmarks.fake_gpu import REPO_ROOT, SECTION, _child_env, build_fake
+from benchmarks.fake_gpu import SECTION, build_fake, child_json
 from benchmarks.run import Result
 
 
@@ -101,25 +99,8 @@ def results(samples: dict[str, list[float]], mib: int, steps: int) -> list[Resul
 def benchmark(reps: int, mib: int = 4, steps: int = 8) -> list[Result]:
     with tempfile.TemporaryDirectory(prefix="max-driver-fake-") as tmp:
         library = build_fake(Path(tmp))
-        command = [
-            sys.executable,
-            "-m",
-            "benchmarks.fake_pipelines",
-            str(reps),
-            str(mib),
-            str(steps),
-        ]
-        proc = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            env=_child_env(library),
-            timeout=600,
-        )
-    if proc.returncode != 0:
-        raise RuntimeError(f"the pipeline child failed:\n{proc.stdout}{proc.stderr}")
-    return results(json.loads(proc.stdout.splitlines()[-1]), mib, steps)
+        data = child_json("benchmarks.fake_pipelines", library, reps, mib, steps)
+    return results(data, mib, steps)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,13 +24,11 @@ import argparse
 import ctypes
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.fake_gpu import REPO_ROOT, SECTION, _child_env, build_fake
+from benchmarks.fake_gpu import SECTION, build_fake, child_json
 from benchmarks.run import Result
 
 MIB = 1 << 20
@@ -141,17 +139,8 @@ def results(data: dict, reps: int) -> list[Result]:  # type: ignore[type-arg]
 def benchmark(reps: int) -> list[Result]:
     with tempfile.TemporaryDirectory(prefix="max-driver-fake-") as tmp:
         library = build_fake(Path(tmp))
-        proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.fake_staging", str(reps), str(library)],
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            env=_child_env(library),
-            timeout=600,
-        )
-    if proc.returncode != 0:
-        raise RuntimeError(f"the staging child failed:\n{proc.stdout}{proc.stderr}")
-    return results(json.loads(proc.stdout.splitlines()[-1]), reps)
+        data = child_json("benchmarks.fake_staging", library, reps, library)
+    return results(data, reps)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -85,6 +85,20 @@ class FakeControl:
         self.lib.fake_gpu_clear_violations()
 
 
+def enqueue(queue, fn):
+    """``fn()`` as a Python host function of ``queue``."""
+    getattr(queue, ENQ)(fn)
+
+
+def held(queue, gate, rec, tag):
+    """Gates ``queue`` (the ``gate`` fixture) with a host function behind
+    the gate that records ``tag`` (``rec``): the positive control that the
+    gate holds the queue.  Returns the gate's flag."""
+    flag = gate(queue)
+    enqueue(queue, rec.fn(tag))
+    return flag
+
+
 def child_env(**overrides):
     env = dict(os.environ)
     pp = env.get("PYTHONPATH")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from accel_support import ENQ, NOT_YET, WAIT
+from accel_support import NOT_YET, WAIT, enqueue, held
 from buffer_support import Call, host_source, returns_promptly
 
 from max.driver import (
@@ -29,18 +29,6 @@ from max.dtype import DType
 N = 4096
 
 
-def _enq(queue, fn):
-    getattr(queue, ENQ)(fn)
-
-
-def held(queue, gate, rec, tag):
-    """Gates ``queue`` with a host function behind the gate that records
-    ``tag``: the positive control that the gate holds the queue."""
-    flag = gate(queue)
-    _enq(queue, rec.fn(tag))
-    return flag
-
-
 def on(queue, value, n=N):
     """A device buffer bound to ``queue`` whose last write, an upload of
     ``value``s, is enqueued there (behind whatever the queue holds)."""
@@ -55,7 +43,7 @@ def test_copy_does_not_hold_back_its_source_queue(acc, gate, rec):
     dst = Buffer(DType.int32, (N,), qd)
     flag = held(qd, gate, rec, "dst-held")
     returns_promptly(lambda: dst.inplace_copy_from(src))
-    _enq(qs, rec.fn("source-queue"))
+    enqueue(qs, rec.fn("source-queue"))
     assert rec.wait("source-queue", WAIT), "the source's queue waited for the copy"
     read = Call(dst.to_numpy)
     assert read.blocked() and not rec.has("dst-held")
@@ -84,7 +72,7 @@ def test_a_producer_is_waited_for_across_devices(acc, acc1, gate, rec):
     producer.inplace_copy_from(host_source(np.full(N, 5, np.int32)))
     dst = Buffer(DType.int32, (N,), q1)
     returns_promptly(lambda: dst.inplace_copy_from(src))  # a peer copy
-    _enq(q1, rec.fn("after-peer"))
+    enqueue(q1, rec.fn("after-peer"))
     assert not rec.wait("after-peer", NOT_YET), "the peer copy did not wait"
     flag.signal(1)
     assert (dst.to_numpy() == 5).all()
@@ -104,7 +92,7 @@ def test_write_after_read_across_queues(acc, gate, rec):
     returns_promptly(
         lambda: writer.inplace_copy_from(host_source(np.full(N, 2, np.int32)))
     )
-    _enq(qc, rec.fn("writer-queue-after"))
+    enqueue(qc, rec.fn("writer-queue-after"))
     assert not rec.wait("writer-queue-after", NOT_YET), "the write did not wait"
     flag.signal(1)
     assert (b.to_numpy() == 1).all()
@@ -178,7 +166,7 @@ def test_a_stamp_of_a_cpu_point_orders_a_gpu_copy(acc, gate, rec):
     dev._stamp_write(HostHazardCompletion.record_on(cq))
     out = Buffer(DType.int32, (N,), DeviceQueue(acc))
     returns_promptly(lambda: out.inplace_copy_from(dev))
-    _enq(out.stream, rec.fn("after-copy"))
+    enqueue(out.stream, rec.fn("after-copy"))
     assert not rec.wait("after-copy", NOT_YET), "the copy did not wait"
     flag.signal(1)
     assert (out.to_numpy() == 1).all()

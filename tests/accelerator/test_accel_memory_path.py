@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 import pytest
-from accel_support import ENQ, WAIT
+from accel_support import WAIT, enqueue, held
 from buffer_support import Call, host_source, returns_promptly
 from dlpack_support import take
 
@@ -31,18 +31,6 @@ from max.driver import (
 from max.dtype import DType
 
 MIB = 1 << 20
-
-
-def _enq(queue, fn):
-    getattr(queue, ENQ)(fn)
-
-
-def held(queue, gate, rec, tag):
-    """Gates ``queue`` with a host function behind the gate that records
-    ``tag``: the positive control that the gate holds the queue."""
-    flag = gate(queue)
-    _enq(queue, rec.fn(tag))
-    return flag
 
 
 def values(n, seed=0):
@@ -241,7 +229,7 @@ def test_another_devices_context_on_the_calling_thread(acc, acc1, raw, rec):
             other.inplace_copy_from(buf)
             ev = q.record_event()
             acc.default_queue.wait_for(ev)
-            _enq(q, rec.fn("ran"))
+            enqueue(q, rec.fn("ran"))
             box["out"] = other.to_numpy()
             q.synchronize(timeout=WAIT)
         except BaseException as exc:  # reported below
