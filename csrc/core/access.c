@@ -83,7 +83,7 @@ static mxd_status read_bytes(const mxd_view *v, void *dst, bool unordered,
         return st;
     }
     mxd_trace_note note = {"memcpy", v->queue, 0, 0};
-    st = m->ops->host_read(v, &plan, dst, !m->tracked, wait, &note, err);
+    st = m->ops->host_read(v, &plan, dst, wait, &note, err);
     if (st == MXD_OK)
         trace_download(&note, plan.bytes);
     return st;

@@ -212,11 +212,11 @@ struct mxd_backend {
     /* Optional (GPUs; host-visible memory needs none): host access to
      * device memory (mxd_read_host, mxd_write_host).  `plan` moves the
      * bytes between the view (its offsets) and the packed host side.  The
-     * backend orders itself with mxd_hazard_lock_settled; `own_queue`
-     * (untracked memory) runs the copy on the view's queue instead of a
-     * queue of the module's own. */
+     * backend orders itself with mxd_hazard_lock_settled (untracked
+     * memory: a read after the view's queue so far, a write after
+     * nothing). */
     mxd_status (*host_read)(const mxd_view *src, const mxd_copy_plan *plan,
-                            void *dst, bool own_queue, const mxd_wait *wait,
+                            void *dst, const mxd_wait *wait,
                             mxd_trace_note *note, mxd_error *err);
     mxd_status (*host_write)(const mxd_view *dst, const mxd_copy_plan *plan,
                              const void *src, const mxd_wait *wait,
