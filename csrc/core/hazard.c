@@ -289,21 +289,15 @@ static void publish(mxd_record *r)
     atomic_store_explicit(&r->has_reads, r->reads.n > 0, memory_order_release);
 }
 
-void mxd_record_init(mxd_record *r)
-{
-    pthread_mutex_init(&r->mu, NULL);
-    atomic_init(&r->has_write, false);
-    atomic_init(&r->has_reads, false);
-    r->writes = (mxd_entries){NULL, 0, 0};
-    r->reads = (mxd_entries){NULL, 0, 0};
-}
-
+/* Most records never hold an entry: dropping one costs a compare (a
+ * default mutex needs no destroy). */
 void mxd_record_fini(mxd_record *r)
 {
+    if (r->writes.cap == 0 && r->reads.cap == 0)
+        return;
     entries_fini(&r->writes);
     entries_fini(&r->reads);
     publish(r);
-    pthread_mutex_destroy(&r->mu);
 }
 
 static bool pending_or_poisoned(mxd_completion *c, const void *unused)

@@ -76,7 +76,11 @@ typedef struct mxd_record {
     mxd_entries reads; /* since the last write */
 } mxd_record;
 
-void mxd_record_init(mxd_record *r);
+/* An empty record, for an initializer. */
+#define MXD_RECORD_INIT                                                        \
+    {                                                                          \
+        .mu = PTHREAD_MUTEX_INITIALIZER                                        \
+    }
 /* Drops the completions (the memory is being freed). */
 void mxd_record_fini(mxd_record *r);
 

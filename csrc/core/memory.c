@@ -5,19 +5,28 @@
 
 #include "backend.h"
 
+/* Every field but the backend's (host, device_ptr, backend_data): the
+ * allocation did not zero the rest (a buffer's creation is on the hot
+ * path, and this is one pass over the header). */
 static void init_generic(mxd_memory *m, mxd_queue *q, mxd_memory_kind kind,
                          int64_t size)
 {
+    void *host = m->host, *backend_data = m->backend_data;
+    uintptr_t device_ptr = m->device_ptr;
+    memset(m, 0, sizeof *m);
+    m->record = (mxd_record)MXD_RECORD_INIT;
     atomic_init(&m->refs, 1);
     m->epoch = mxd_epoch_now();
     m->device = q->device;
     m->ops = q->ops;
     m->kind = kind;
+    m->tracked = true;
+    m->host = host;
+    m->device_ptr = device_ptr;
     m->size = size;
     m->queue = q;
-    m->tracked = true;
+    m->backend_data = backend_data;
     mxd_queue_retain(q);
-    mxd_record_init(&m->record);
 }
 
 static mxd_status check_queue(const mxd_queue *q, mxd_error *err)

@@ -89,7 +89,9 @@ int binding_parse_dtype(binding_state *st, const char *fname, const char *param,
 
 int binding_parse_dimension(const char *fname, PyObject *item, int64_t *out)
 {
-    PyObject *index = PyNumber_Index(item);
+    /* An int, nearly always: no __index__ call. */
+    PyObject *index =
+        PyLong_CheckExact(item) ? Py_NewRef(item) : PyNumber_Index(item);
     if (index == NULL)
         return -1;
     int overflow;
@@ -377,10 +379,7 @@ static const char *const array_names[] = {"array", "device"};
 
 static bool is_dtype(binding_state *st, PyObject *obj)
 {
-    for (int i = 0; i < MXD_DTYPE_MEMBERS; i++)
-        if (obj == st->dtypes[i])
-            return true;
-    return false;
+    return Py_IS_TYPE(obj, (PyTypeObject *)st->dtype_type);
 }
 
 /* Whether Buffer(first, ...) is the array overload: a first argument that
