@@ -20,9 +20,8 @@
 # install does not); the extension is built there with
 # `python setup.py build_ext --inplace`.
 #
-# The interpreters run side by side, each output shown whole when all are
-# done.  Any build or test failure makes the script exit non-zero, after
-# every interpreter has been tried.  Environment: PYTHON (the default interpreter,
+# Any build or test failure makes the script exit non-zero, after every
+# interpreter has been tried.  Environment: PYTHON (the default interpreter,
 # default python3), KEEP=1 keeps the work directories.
 set -euo pipefail
 
@@ -180,47 +179,24 @@ test_one() {
         -p no:cacheprovider -p max.pytest_plugin "${ignores[@]}" "$@")
 }
 
-# One interpreter's run, its output in $work/run.log and its outcome in
-# $work/outcome ("passed" or "FAILED", and the seconds it took).
-run_one() {
-    local version="$1" py="$2" work="$3" start outcome
-    shift 3
-    start=$(date +%s)
-    if test_one "$version" "$py" "$work" "$@" >"$work/run.log" 2>&1; then
-        outcome=passed
-    else
-        outcome=FAILED
-    fi
-    echo "$outcome $(($(date +%s) - start))" >"$work/outcome"
-}
-
 unset MAX_DRIVER_BACKEND MAX_DRIVER_CUDA_LIBRARY MAX_DRIVER_HIP_LIBRARY
-# The interpreters run side by side: a suite spends most of its time in
-# bounded waits, so two cores carry several (about twice as fast as one
-# after the other here); each output is shown whole once it is done.
-WORKS=()
+RESULTS=()
+failed=0
 for entry in "${SELECTED[@]}"; do
     read -r version py <<<"$entry"
     work="$(mktemp -d "${TMPDIR:-/tmp}/max-driver-py$version.XXXXXX")"
-    WORKS+=("$work")
-    run_one "$version" "$py" "$work" "$@" &
-done
-wait
-RESULTS=()
-failed=0
-for i in "${!SELECTED[@]}"; do
-    read -r version py <<<"${SELECTED[$i]}"
-    work="${WORKS[$i]}"
     echo
     echo "==================== CPython $version ($py) ===================="
-    cat "$work/run.log"
-    read -r outcome elapsed <"$work/outcome"
-    if [ "$outcome" = passed ]; then
+    start=$(date +%s)
+    if test_one "$version" "$py" "$work" "$@"; then
+        outcome=passed
         [ "${KEEP:-0}" = 1 ] || rm -rf "$work"
     else
+        outcome=FAILED
         failed=1
         echo "test-other-pythons.sh: work directory kept: $work"
     fi
+    elapsed=$(($(date +%s) - start))
     echo "test-other-pythons.sh: CPython $version: $outcome in $elapsed s (venv, build and tests)"
     RESULTS+=("$version $outcome")
 done

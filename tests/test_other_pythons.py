@@ -113,16 +113,7 @@ def test_nothing_else_found(machine: dict[str, str]) -> None:
     )
 
 
-def test_ci_runs_it_after_the_suite_beside_the_sanitizer_run() -> None:
-    """.ci/run: the README's test command first, then the other interpreters
-    and the sanitizer run side by side, and CI fails when either does."""
-    text = (ROOT / ".ci" / "run").read_text()
-    commands = [ln.strip() for ln in text.splitlines() if ln and ln[0] != "#"]
-    suite = commands.index("python3 -m pytest")
-    others = next(i for i, c in enumerate(commands) if "test-other-pythons.sh" in c)
-    sanitize = next(i for i, c in enumerate(commands) if "sanitize.sh" in c)
-    assert suite < sanitize < others
-    assert commands[others].endswith("&") and commands[sanitize + 2].endswith("&")
-    assert 'wait "$sanitize" || status=1' in commands
-    assert 'wait "$others" || status=1' in commands
-    assert commands[-1] == 'exit "$status"'
+def test_ci_runs_it_last() -> None:
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    commands = [ln for ln in lines if ln and not ln.startswith("#")]
+    assert commands[-1] == "bash scripts/test-other-pythons.sh"
