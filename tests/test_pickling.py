@@ -27,6 +27,7 @@ from max.driver import (
     DeviceEvent,
     DeviceQueue,
     DeviceSpec,
+    HostHazardCompletion,
     Usage,
 )
 from max.dtype import DType
@@ -224,9 +225,12 @@ def test_resources_of_one_process_refuse_with_a_type_error(protocol):
         (q.record_event(), "DeviceEvent"),
         (DeviceEvent(cpu), "DeviceEvent"),
         (CompletionFlag(cpu), "CompletionFlag"),
+        (HostHazardCompletion.record_on(q), "HostHazardCompletion"),
     ]:
-        with pytest.raises(TypeError, match=f"cannot pickle '{name}'.*one process"):
+        with pytest.raises(TypeError, match=f"cannot pickle '{name}'.*one process") as e:
             pickle.dumps(obj, protocol=protocol)
+        # The hint names only what the object has: a completion has no device.
+        assert ("`.device`" in str(e.value)) == hasattr(obj, "device"), e.value
         with pytest.raises(TypeError, match="resource of one process"):
             copy.copy(obj)
 

@@ -27,12 +27,17 @@ PyObject *binding_refuse_pickle(PyObject *self, PyObject *protocol)
     const char *name = Py_TYPE(self)->tp_name;
     const char *dot = strrchr(name, '.');
     name = dot ? dot + 1 : name;
+    /* Queues, events and flags belong to a device, which pickles; a
+     * completion names a point in a queue and has none. */
+    int has_device = PyObject_HasAttrString(self, "device");
     PyErr_Format(PyExc_TypeError,
                  "cannot pickle '%s' object: a %s is a resource of one "
                  "process (its worker threads, driver handles and pending "
-                 "work do not exist in another); pickle its device "
-                 "(`.device`) and create a new %s where it is unpickled",
-                 name, name, name);
+                 "work do not exist in another); %s",
+                 name, name,
+                 has_device ? "pickle its device (`.device`) and create a "
+                              "new one where it is unpickled"
+                            : "create a new one where it is needed");
     return NULL;
 }
 
