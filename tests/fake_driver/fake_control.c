@@ -124,6 +124,9 @@ static void fake_init(void)
     cfg->exit_check = fake_env_int("FAKE_GPU_EXIT_CHECK", 1) != 0;
     /* As on current NVIDIA GPUs (CU_DEVICE_ATTRIBUTE_MAX_PITCH). */
     cfg->max_pitch = (size_t)fake_env_int("FAKE_GPU_MAX_PITCH", INT_MAX);
+    cfg->copy_bytes_per_s = fake_env_int("FAKE_GPU_COPY_MIB_PER_S", 0) << 20;
+    if (cfg->copy_bytes_per_s < 0)
+        cfg->copy_bytes_per_s = 0;
     fake_arm_from_env();
 }
 

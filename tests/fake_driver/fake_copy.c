@@ -10,9 +10,11 @@
  * it; the fake models the strictest case: the call waits until the stream
  * has finished its earlier work, copies, and returns.  A copy between host
  * memory (pinned or not) is synchronous the same way, as CUDA documents. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fake_engine.h"
 
@@ -150,6 +152,20 @@ static char *fake_locate(const char *entry, const char *verb,
     }
 }
 
+/* The time a modelled copy engine takes for `bytes` (FAKE_GPU_COPY_MIB_PER_S),
+ * slept on the stream's thread so that it costs no CPU. */
+static void fake_engine_time(size_t bytes)
+{
+    long long rate = fake_cfg()->copy_bytes_per_s;
+    if (rate <= 0 || bytes == 0)
+        return;
+    long long ns = (long long)((double)bytes * 1e9 / (double)rate);
+    struct timespec ts = {.tv_sec = ns / 1000000000LL,
+                          .tv_nsec = ns % 1000000000LL};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
 static void fake_fill_row(char *row, const fake_transfer *x)
 {
     if (x->fill_size == 1) {
@@ -182,6 +198,7 @@ static void fake_execute(fake_stream *s, const char *entry,
             else
                 memmove(row, src + r * x->src.pitch, x->width);
         }
+        fake_engine_time(x->width * x->height);
         pthread_mutex_lock(&fake_lock);
     } else {
         s->sticky = FAKE_E_ILLEGAL_ADDRESS;

@@ -152,6 +152,11 @@ typedef struct fake_config {
     int pinned_alloc_sync; /* pinned allocation synchronises the device */
     int exit_check;        /* calls after the library's destructor fail */
     size_t max_pitch;      /* not a switch: the largest 2-D copy pitch */
+    /* Not a switch: bytes per second of a modelled copy engine (0: none,
+     * copies take only their memmove).  A stream's copy or fill then also
+     * sleeps for its bytes at this rate, without holding a CPU, as a DMA
+     * engine moves data while the host computes. */
+    long long copy_bytes_per_s;
 } fake_config;
 
 const fake_config *fake_cfg(void);

@@ -520,6 +520,43 @@ def test_max_pitch_is_configurable(lib_path):
 
 
 # --------------------------------------------------------------------------
+# The modelled copy engine (FAKE_GPU_COPY_MIB_PER_S): not a rule, a time model
+
+ENGINE_TIME = r"""
+import time
+from fake_driver.fakelib import pattern, pinned
+for name in ("cuda", "hip"):
+    api = t.child_api(lib, name)
+    s, n = api.stream(), 64 << 10
+    src, _ = pinned(api, pattern(n))
+    back, view = pinned(api, bytes(n))
+    _, a = api.malloc(n)
+    _, b = api.malloc(n)
+    start = time.monotonic()
+    rcs = [api.h2d(a, src, n, s), api.d2d(b, a, n, s), api.d2h(back, b, n, s),
+           api.memset(8, a, 7, n, s), api.sync(s)]
+    out[name] = [rcs, time.monotonic() - start, view.raw == pattern(n)]
+    for p in (a, b):
+        api.free(p)
+    for h in (src, back):
+        api.free_host(h)
+    api.destroy(s)
+"""
+
+
+def test_copy_engine_time_model(lib_path):
+    """At 1 MiB/s, each of four 64 KiB transfers (three copies and a fill)
+    takes at least 62.5 ms of its stream's time, and the bytes still
+    arrive.  (A lower bound only: a sleep never ends early.)"""
+    out, _ = run_child(lib_path, ENGINE_TIME, FAKE_GPU_COPY_MIB_PER_S=1)
+    for name in ("cuda", "hip"):
+        rcs, seconds, same = out[name]
+        assert rcs == [SUCCESS] * 5, (name, rcs)
+        assert same, name
+        assert seconds >= 4 * 0.0625, (name, seconds)
+
+
+# --------------------------------------------------------------------------
 # Rule 14: pinned bytes
 
 
