@@ -131,15 +131,18 @@ def _child_env(library: Path) -> dict[str, str]:
     return env
 
 
-def child_json(module: str, library: Path, *args: object) -> Any:
-    """Runs ``python -m module args...`` on the fake driver at ``library``:
-    the last line it prints, parsed as JSON."""
+def child_json(
+    module: str, library: Path, *args: object, env: dict[str, str] | None = None
+) -> Any:
+    """Runs ``python -m module args...`` on the fake driver at ``library``
+    (with ``env`` added to its environment): the last line it prints,
+    parsed as JSON."""
     proc = subprocess.run(
         [sys.executable, "-m", module, *map(str, args)],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
-        env=_child_env(library),
+        env={**_child_env(library), **(env or {})},
         timeout=600,
     )
     if proc.returncode != 0:

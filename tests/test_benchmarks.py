@@ -118,12 +118,15 @@ def test_gil_figures_run_on_the_fake_driver():
 
 @pytest.mark.skipif(fake_gpu.skip_reason() is not None, reason="no fake driver")
 def test_pipeline_overlap_runs_on_the_fake_driver():
-    """SPEC §12.6's overlap: two pipelines on two queues against one queue,
-    an info figure (the child checks that both pipelines kept their data)."""
-    (r,) = fake_pipelines.benchmark(reps=1, mib=1, steps=2)
-    assert r.section == "fake GPU (CPU-side)" and r.status == "info"
-    assert r.name.startswith("two pipelines") and r.ratio > 0
-    assert "ms on two queues vs" in r.detail
+    """SPEC §12.6's overlap: two pipelines on two queues, and sharing one,
+    against the same pipelines one after the other, info figures (the child
+    checks that both pipelines kept their data)."""
+    two, one = fake_pipelines.benchmark(reps=1, mib=1, steps=2)
+    for r in (two, one):
+        assert r.section == "fake GPU (CPU-side)" and r.status == "info"
+        assert r.name.endswith("/ one after the other") and r.ratio > 0
+    assert two.name.startswith("two pipelines") and "on two queues" in two.name
+    assert "ms concurrently vs" in two.detail and "MiB/s" in two.detail
 
 
 def test_gil_child_refuses_a_backend_other_than_the_fake():
