@@ -2,9 +2,10 @@
 once with every operation, checking ordering, gating, wake-ups and that all
 work runs (see the file's header); and tests/core/hazard_stress.c: threads
 copying between buffers over shared, sometimes gated, queues, checking that
-each read sees the last write the hazard records order it after.  No Python in the loop: built as for
-production, under ThreadSanitizer and under ASan+UBSan (with LeakSanitizer),
-each bounded to a few seconds of stress (MAX_DRIVER_STRESS_SECONDS).
+each read sees the last write the hazard records order it after.  No Python
+in the loop: built as for production, under ThreadSanitizer and under
+ASan+UBSan (with LeakSanitizer), each bounded to a few seconds of stress
+(MAX_DRIVER_STRESS_SECONDS).
 
 tests/core/repro_timing_races.c is the minimal reproducer of two races this
 found in csrc/core's timing events (now fixed), kept as a regression test;

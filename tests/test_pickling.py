@@ -227,7 +227,8 @@ def test_resources_of_one_process_refuse_with_a_type_error(protocol):
         (CompletionFlag(cpu), "CompletionFlag"),
         (HostHazardCompletion.record_on(q), "HostHazardCompletion"),
     ]:
-        with pytest.raises(TypeError, match=f"cannot pickle '{name}'.*one process") as e:
+        refused = f"cannot pickle '{name}'.*one process"
+        with pytest.raises(TypeError, match=refused) as e:
             pickle.dumps(obj, protocol=protocol)
         # The hint names only what the object has: a completion has no device.
         assert ("`.device`" in str(e.value)) == hasattr(obj, "device"), e.value
