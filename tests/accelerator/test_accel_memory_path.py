@@ -169,6 +169,25 @@ def test_a_failed_upload_step_poisons_the_destination(acc, fake, gate, rec, api)
     assert np.array_equal(dst.to_numpy(), values(1024, 5))
 
 
+def test_a_download_refused_midway_gives_its_chunks_back_intact(acc, fake, api):
+    """A download of three pieces whose second DMA the driver refuses: the
+    call raises naming the driver's error, after the first piece's DMA is
+    through (its chunk goes back to the ring with its fence, not under a
+    pending DMA); every chunk is back, so later transfers that use the
+    whole ring are exact and nothing waits for a lost chunk."""
+    q = DeviceQueue(acc)
+    n = 20 * MIB // 4  # three pieces of the default 8 MiB chunks
+    dev = Buffer(DType.int32, (n,), q)
+    dev.inplace_copy_from(Buffer.from_numpy(values(n)))
+    name = "cuMemcpyDtoHAsync" if api == "cuda" else "hipMemcpyDtoHAsync"
+    assert fake.fail(name, 2, 1) == 0
+    with pytest.raises(ValueError, match=name):
+        dev.to_numpy()
+    for seed in (1, 2):  # each takes every chunk of the ring in turn
+        dev.inplace_copy_from(host_source(values(n, seed)))
+        assert np.array_equal(dev.to_numpy(), values(n, seed))
+
+
 # ---- Copies between host memory -----------------------------------------------
 
 
