@@ -3,8 +3,13 @@
 # and runs the test suite against each build (CI runs this after the tests
 # of the default interpreter and the sanitizer run).
 #
-#   scripts/test-other-pythons.sh [pytest arguments...]
-#   scripts/test-other-pythons.sh --list    (only say which it would test)
+#   scripts/test-other-pythons.sh [--ends] [pytest arguments...]
+#   scripts/test-other-pythons.sh [--ends] --list  (only say which it would test)
+#
+# --ends tests only the oldest and the newest of them (what CI does, for
+# time): the binding's version branches (csrc/python/compat.h) split at
+# 3.10, 3.11, 3.12 and 3.13, and with the default interpreter those two
+# take every side of each.
 #
 # "Other" means: not the minor version of the default interpreter
 # (${PYTHON:-python3}), which .ci/run has already tested.  Candidates are
@@ -111,6 +116,12 @@ candidates() {
     return 0
 }
 
+ENDS=0
+if [ "${1:-}" = --ends ]; then
+    ENDS=1
+    shift
+fi
+
 read -r _ DEFAULT_MINOR DEFAULT_VERSION DEFAULT_REAL _ < <(probe "${PYTHON:-python3}")
 echo "test-other-pythons.sh: the default interpreter is CPython $DEFAULT_VERSION ($DEFAULT_REAL)"
 
@@ -136,6 +147,15 @@ while read -r exe; do
         echo "  found:   $impl $version ($real)"
     fi
 done < <(candidates)
+
+if [ "$ENDS" = 1 ] && [ "${#SELECTED[@]}" -gt 2 ]; then
+    # By minor version (the version is the first field of each entry).
+    mapfile -t SELECTED < <(printf '%s\n' "${SELECTED[@]}" | sort -t. -k2,2n)
+    for entry in "${SELECTED[@]:1:${#SELECTED[@]}-2}"; do
+        echo "  left out (--ends): CPython ${entry%% *}"
+    done
+    SELECTED=("${SELECTED[0]}" "${SELECTED[-1]}")
+fi
 
 if [ "${1:-}" = --list ]; then
     exit 0

@@ -17,7 +17,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "test-other-pythons.sh"
-TOOLS = ("bash", "dirname", "git", "tar", "mktemp", "date", "rm", "mkdir", "cat", "env")
+TOOLS = (
+    "bash",
+    "dirname",
+    "git",
+    "tar",
+    "mktemp",
+    "date",
+    "rm",
+    "mkdir",
+    "cat",
+    "env",
+    "sort",
+)
 
 
 def _fake(path: Path, probe_line: str | None) -> Path:
@@ -91,6 +103,29 @@ def test_selection(machine: dict[str, str], tmp_path: Path) -> None:
     ]
 
 
+def test_ends_keeps_the_oldest_and_the_newest(
+    machine: dict[str, str], tmp_path: Path
+) -> None:
+    versions = tmp_path / "pyenv" / "versions"
+    for name, minor in (("a", 97), ("b", 91), ("c", 95), ("d", 99)):
+        _fake(
+            versions / name / "bin" / "python3",
+            f"CPython 3.{minor} 3.{minor}.0 /r/{name} 1 1",
+        )
+    proc = _run(machine, "--ends", "--list")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-2:] == [
+        "  left out (--ends): CPython 3.95.0",
+        "  left out (--ends): CPython 3.97.0",
+    ]
+    # Two or fewer: --ends leaves nothing out.
+    for name in ("c", "d"):
+        shutil.rmtree(versions / name)
+    proc = _run(machine, "--ends", "--list")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "left out" not in proc.stdout
+
+
 def test_a_failing_interpreter_fails_the_script(
     machine: dict[str, str], tmp_path: Path
 ) -> None:
@@ -116,4 +151,4 @@ def test_nothing_else_found(machine: dict[str, str]) -> None:
 def test_ci_runs_it_last() -> None:
     lines = (ROOT / ".ci" / "run").read_text().splitlines()
     commands = [ln for ln in lines if ln and not ln.startswith("#")]
-    assert commands[-1] == "bash scripts/test-other-pythons.sh"
+    assert commands[-1] == "bash scripts/test-other-pythons.sh --ends"
