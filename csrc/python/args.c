@@ -248,6 +248,21 @@ int binding_parse_timeout(const char *fname, PyObject *obj, double *out)
     return 0;
 }
 
+static const char *const timeout_names[] = {"timeout"};
+
+int binding_parse_timeout_only(const char *fname, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames, double *out)
+{
+    *out = -1.0;
+    if (nargs == 0 && kwnames == NULL) /* the common call: no parsing */
+        return 0;
+    const binding_params params = {fname, timeout_names, 1, 0};
+    PyObject *arg;
+    if (binding_parse_fast(&params, args, nargs, kwnames, &arg) < 0)
+        return -1;
+    return binding_parse_timeout(fname, arg, out);
+}
+
 int binding_check_type(const char *fname, const char *param, PyObject *obj,
                        PyTypeObject *type)
 {

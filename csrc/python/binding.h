@@ -83,8 +83,8 @@ typedef struct binding_state {
     /* Usage(i) for every combination of DEFAULT, STAGING, UNTRACKED. */
     PyObject *usages[BUFFER_USAGES];
     PyTypeObject *completion_type; /* HostHazardCompletion */
-    PyObject *cpu;                  /* the one CPU Device object */
-    PyObject **accelerators;        /* per id, created on first use */
+    PyObject *cpu;                 /* the one CPU Device object */
+    PyObject **accelerators;       /* per id, created on first use */
     int accelerator_count;
     /* Virtual accelerators by core device address (virtual device mode). */
     PyObject *virtual_devices;
@@ -403,6 +403,11 @@ int binding_parse_u64(const char *fname, const char *param, PyObject *obj,
 int binding_parse_device_id(const char *fname, PyObject *obj, int *out);
 /* `timeout`: NULL or None -> -1 (forever); int/float seconds >= 0. */
 int binding_parse_timeout(const char *fname, PyObject *obj, double *out);
+/* The arguments of a method whose only parameter is an optional
+ * `timeout`, as above. */
+int binding_parse_timeout_only(const char *fname, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames,
+                               double *out);
 /* Requires `obj` to be an instance of `type`; TypeError naming the
  * parameter otherwise. */
 int binding_check_type(const char *fname, const char *param, PyObject *obj,

@@ -104,16 +104,11 @@ static PyObject *completion_is_ready(PyObject *self, PyObject *unused)
     return PyBool_FromLong(ready);
 }
 
-static const char *const timeout_names[] = {"timeout"};
-
 static PyObject *completion_wait(PyObject *self, PyObject *const *args,
                                  Py_ssize_t nargs, PyObject *kwnames)
 {
-    const binding_params params = {"wait", timeout_names, 1, 0};
-    PyObject *arg;
     double timeout;
-    if (binding_parse_fast(&params, args, nargs, kwnames, &arg) < 0 ||
-        binding_parse_timeout("wait", arg, &timeout) < 0)
+    if (binding_parse_timeout_only("wait", args, nargs, kwnames, &timeout) < 0)
         return NULL;
     mxd_completion *c = checked(self);
     if (c == NULL)

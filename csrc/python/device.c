@@ -390,16 +390,12 @@ static PyGetSetDef device_getset[] = {
 
 /* ---- Methods ------------------------------------------------------------ */
 
-static const char *const timeout_names[] = {"timeout"};
-
 static PyObject *device_synchronize(PyObject *self, PyObject *const *args,
                                     Py_ssize_t nargs, PyObject *kwnames)
 {
-    const binding_params params = {"synchronize", timeout_names, 1, 0};
-    PyObject *arg;
     double timeout;
-    if (binding_parse_fast(&params, args, nargs, kwnames, &arg) < 0 ||
-        binding_parse_timeout("synchronize", arg, &timeout) < 0)
+    if (binding_parse_timeout_only("synchronize", args, nargs, kwnames,
+                                   &timeout) < 0)
         return NULL;
     binding_wait w;
     binding_wait_init(&w, timeout);

@@ -120,19 +120,13 @@ static PyGetSetDef queue_getset[] = {
 
 /* ---- synchronize -------------------------------------------------------- */
 
-static const char *const timeout_names[] = {"timeout"};
-
 static PyObject *queue_synchronize(PyObject *self, PyObject *const *args,
                                    Py_ssize_t nargs, PyObject *kwnames)
 {
-    double timeout = -1.0;
-    if (nargs != 0 || kwnames != NULL) {
-        const binding_params params = {"synchronize", timeout_names, 1, 0};
-        PyObject *arg;
-        if (binding_parse_fast(&params, args, nargs, kwnames, &arg) < 0 ||
-            binding_parse_timeout("synchronize", arg, &timeout) < 0)
-            return NULL;
-    }
+    double timeout;
+    if (binding_parse_timeout_only("synchronize", args, nargs, kwnames,
+                                   &timeout) < 0)
+        return NULL;
     mxd_queue *queue = queue_of(self);
     binding_wait w;
     binding_wait_init(&w, timeout);
