@@ -433,8 +433,8 @@ static cu_result peer_alloc(copy_memory *m, size_t bytes)
     cu_result rc = drv.cuDeviceGet(&peer, 1);
     if (rc == RAW_SUCCESS)
         rc = drv.cuDevicePrimaryCtxRetain(&m->peer_context, peer);
-    if (rc == RAW_SUCCESS && (rc = drv.cuCtxPushCurrent(m->peer_context)) ==
-                                 RAW_SUCCESS) {
+    if (rc == RAW_SUCCESS &&
+        (rc = drv.cuCtxPushCurrent(m->peer_context)) == RAW_SUCCESS) {
         rc = drv.cuMemAlloc(&m->peer, bytes);
         drv.cuCtxPopCurrent(&popped);
     }

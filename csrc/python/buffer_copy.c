@@ -51,9 +51,8 @@ PyObject *binding_buffer_host_copy(PyObject *self)
     mxd_error err;
     /* A wait for the storage's last write, and a device-to-host copy. */
     binding_wait_release_gil(&w);
-    mxd_status status =
-        mxd_download(&view, ((QueueObject *)stream)->queue, &host, &w.wait,
-                     &err);
+    mxd_status status = mxd_download(&view, ((QueueObject *)stream)->queue,
+                                     &host, &w.wait, &err);
     binding_wait_acquire_gil(&w);
     if (status != MXD_OK)
         return binding_raise(&err);
@@ -77,8 +76,10 @@ PyObject *binding_buffer_host_copy(PyObject *self)
 static const char *copy_problem(BufferObject *d, BufferObject *s)
 {
     mxd_layout dl = binding_buffer_layout(d), sl = binding_buffer_layout(s);
-    return !mxd_layout_is_contiguous(&dl)   ? "Cannot copy to non-contiguous buffer"
-           : !mxd_layout_is_contiguous(&sl) ? "Cannot copy from non-contiguous buffer"
+    return !mxd_layout_is_contiguous(&dl)
+               ? "Cannot copy to non-contiguous buffer"
+           : !mxd_layout_is_contiguous(&sl)
+               ? "Cannot copy from non-contiguous buffer"
            : binding_buffer_count(d) != binding_buffer_count(s)
                ? "Cannot copy buffers of different sizes"
            : d->dtype_index != s->dtype_index
@@ -92,15 +93,15 @@ static PyObject *raise_copy_problem(binding_state *st, const char *what,
                                     const char *problem)
 {
     mxd_layout dl = binding_buffer_layout(d), sl = binding_buffer_layout(s);
-    return PyErr_Format(PyExc_ValueError,
-                        "%s (%s: destination %S, %lld elements%s; source %S, "
-                        "%lld elements%s)",
-                        problem, what, st->dtypes[d->dtype_index],
-                        (long long)binding_buffer_count(d),
-                        mxd_layout_is_contiguous(&dl) ? "" : ", not contiguous",
-                        st->dtypes[s->dtype_index],
-                        (long long)binding_buffer_count(s),
-                        mxd_layout_is_contiguous(&sl) ? "" : ", not contiguous");
+    return PyErr_Format(
+        PyExc_ValueError,
+        "%s (%s: destination %S, %lld elements%s; source %S, "
+        "%lld elements%s)",
+        problem, what, st->dtypes[d->dtype_index],
+        (long long)binding_buffer_count(d),
+        mxd_layout_is_contiguous(&dl) ? "" : ", not contiguous",
+        st->dtypes[s->dtype_index], (long long)binding_buffer_count(s),
+        mxd_layout_is_contiguous(&sl) ? "" : ", not contiguous");
 }
 
 static const char *const src_names[] = {"src"};
@@ -152,8 +153,8 @@ static int check_pairs(binding_state *st, const char *fname, PyObject *dsts,
                          fname, i, Py_TYPE(d)->tp_name, Py_TYPE(s)->tp_name);
             return -1;
         }
-        const char *problem = d == s ? NULL
-                                     : copy_problem(as_buffer(d), as_buffer(s));
+        const char *problem =
+            d == s ? NULL : copy_problem(as_buffer(d), as_buffer(s));
         if (problem != NULL) {
             char what[96];
             snprintf(what, sizeof what, "%s(): pair %zd", fname, i);
@@ -181,8 +182,8 @@ static PyObject *copy_batch(binding_state *st, const char *fname,
                             PyObject *dsts, PyObject *srcs)
 {
     PyObject *d = PySequence_Fast(dsts, "expected a sequence of Buffers");
-    PyObject *s = d ? PySequence_Fast(srcs, "expected a sequence of Buffers")
-                    : NULL;
+    PyObject *s =
+        d ? PySequence_Fast(srcs, "expected a sequence of Buffers") : NULL;
     int rc = s ? check_pairs(st, fname, d, s) : -1;
     if (rc == 0)
         rc = copy_pairs(d, s);
@@ -220,9 +221,9 @@ PyObject *binding_copy_pinned_to_destinations(PyObject *module,
     if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0 ||
         binding_check_type(fname, "source", argv[0], st->buffer_type) < 0)
         return NULL;
-    PyObject *dsts =
-        PySequence_Fast(argv[1], "copy_pinned_to_destinations(): "
-                                 "'destinations' must be a sequence of Buffers");
+    PyObject *dsts = PySequence_Fast(
+        argv[1], "copy_pinned_to_destinations(): "
+                 "'destinations' must be a sequence of Buffers");
     if (dsts == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(dsts);

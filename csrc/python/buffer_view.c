@@ -288,8 +288,8 @@ static int access_element(BufferObject *b, int64_t offset, void *element,
     char *host = mxd_memory_host(b->memory);
     /* The common case, without releasing the GIL: host-visible memory with
      * nothing to wait for. */
-    if (mxd_host_access_idle(&view, to_host ? MXD_ACCESS_ITEM
-                                            : MXD_ACCESS_WRITE)) {
+    if (mxd_host_access_idle(&view,
+                             to_host ? MXD_ACCESS_ITEM : MXD_ACCESS_WRITE)) {
         if (to_host)
             memcpy(element, host + offset, size);
         else

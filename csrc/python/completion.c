@@ -268,6 +268,5 @@ int binding_add_completion_type(PyObject *module, binding_state *st)
     if (st->completion_type == NULL)
         return -1;
     PyObject *error = binding_hazard_error();
-    return error ? PyModule_AddObjectRef(module, "HostHazardError", error)
-                 : -1;
+    return error ? PyModule_AddObjectRef(module, "HostHazardError", error) : -1;
 }

@@ -24,8 +24,7 @@ PyObject *binding_hazard_error(void)
 static PyObject *exception_for(mxd_status status)
 {
     switch (status) {
-    case MXD_HAZARD:
-        return hazard_error ? hazard_error : PyExc_RuntimeError;
+    case MXD_HAZARD: return hazard_error ? hazard_error : PyExc_RuntimeError;
     case MXD_INVALID:
     case MXD_DRIVER: return PyExc_ValueError;
     case MXD_UNAVAILABLE: return PyExc_RuntimeError;

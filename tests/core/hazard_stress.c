@@ -88,9 +88,8 @@ typedef struct buffer {
 
 static mxd_view view_of(buffer *b)
 {
-    return (mxd_view){b->memory,
-                      b->queue,
-                      {1, b->shape, b->strides, 0, 4, 4 * ELEMENTS}};
+    return (mxd_view){
+        b->memory, b->queue, {1, b->shape, b->strides, 0, 4, 4 * ELEMENTS}};
 }
 
 static void make(buffer *b, mxd_queue *q)

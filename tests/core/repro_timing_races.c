@@ -1,9 +1,10 @@
 /* Minimal reproducer of two races on timing events in csrc/backends/cpu.c,
  * found by tests/core/stress.c under ThreadSanitizer.  Build and run:
  *
- *   cc -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=thread -Icsrc/core -Icsrc/backends \
- *      csrc/core/[a-z]*.c csrc/backends/[a-z]*.c tests/core/repro_timing_races.c -o repro \
- *      -pthread -ldl
+ *   cc -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=thread -Icsrc/core
+ * -Icsrc/backends \
+ *      csrc/core/[a-z]*.c csrc/backends/[a-z]*.c
+ * tests/core/repro_timing_races.c -o repro \ -pthread -ldl
  *   ./repro        # exit status 66 and "WARNING: ThreadSanitizer" while
  *                  # the bugs are there; "repro done" and 0 once fixed
  *

@@ -44,7 +44,8 @@ enum {
  * TSan on two cores, so that only a lost wake-up or a deadlock reaches it. */
 static double bound_s = 30.0;
 
-/* ---- Failures and counts -------------------------------------------------- */
+/* ---- Failures and counts --------------------------------------------------
+ */
 
 static atomic_long failures;
 
@@ -91,12 +92,28 @@ enum counter {
 };
 
 static const char *const counter_names[C_COUNT] = {
-    "host_enqueued", "host_ran",      "host_discarded",     "async",
-    "gates",         "gates_direct",  "signals",            "event_chains",
-    "rerecords",     "queue_chains",  "queries",            "event_syncs",
-    "queue_syncs",   "timeouts_seen", "interrupts_seen",    "device_syncs",
-    "queues_created", "queues_dropped_busy", "shared_event_ops", "elapsed_ok",
-    "self_waits",    "runner_enters",
+    "host_enqueued",
+    "host_ran",
+    "host_discarded",
+    "async",
+    "gates",
+    "gates_direct",
+    "signals",
+    "event_chains",
+    "rerecords",
+    "queue_chains",
+    "queries",
+    "event_syncs",
+    "queue_syncs",
+    "timeouts_seen",
+    "interrupts_seen",
+    "device_syncs",
+    "queues_created",
+    "queues_dropped_busy",
+    "shared_event_ops",
+    "elapsed_ok",
+    "self_waits",
+    "runner_enters",
 };
 
 static atomic_long counts[C_COUNT];
@@ -134,7 +151,8 @@ static mxd_wait bounded(void)
     return (mxd_wait){.timeout = bound_s};
 }
 
-/* ---- Randomness (per thread) ---------------------------------------------- */
+/* ---- Randomness (per thread) ----------------------------------------------
+ */
 
 static uint64_t next_random(uint64_t *s)
 {
@@ -271,7 +289,8 @@ static void enqueue_ordered(tq *t, int thread, mxd_error *err)
     OK(mxd_queue_host_fn(t->q, host(order_run, order_discard, o), err), err);
 }
 
-/* ---- Tokens: "this work ran" marks checked by later work ------------------ */
+/* ---- Tokens: "this work ran" marks checked by later work ------------------
+ */
 
 typedef struct token {
     atomic_int refs;
@@ -331,7 +350,8 @@ static void enqueue_check(mxd_queue *q, token *k, mxd_error *err)
     OK(mxd_queue_host_fn(q, host(check_run, token_discard, k), err), err);
 }
 
-/* ---- Gates: flags signalled later by other threads ------------------------ */
+/* ---- Gates: flags signalled later by other threads ------------------------
+ */
 
 typedef struct gate {
     atomic_int refs;
@@ -453,7 +473,8 @@ static void *signaller_main(void *arg)
     return NULL;
 }
 
-/* ---- Async host functions -------------------------------------------------- */
+/* ---- Async host functions --------------------------------------------------
+ */
 
 typedef struct async_item {
     token *before; /* enqueued on the same queue before the kickoff */
@@ -526,7 +547,8 @@ static void nothing_discard(void *data)
     count(C_HOST_DISCARDED);
 }
 
-/* ---- Shared objects -------------------------------------------------------- */
+/* ---- Shared objects --------------------------------------------------------
+ */
 
 static tq *shared_q[SHARED_QUEUES];
 static mxd_event_storage shared_ev_storage[SHARED_EVENTS];
@@ -538,7 +560,8 @@ static int poll_stop(void *ctx)
     return 1; /* interrupt at the first slice boundary */
 }
 
-/* ---- The workers ----------------------------------------------------------- */
+/* ---- The workers -----------------------------------------------------------
+ */
 
 typedef struct worker {
     int id;
@@ -599,8 +622,8 @@ static void op_gate(worker *w, mxd_error *err)
     mxd_queue *qs[2] = {pick_queue(w)->q, pick_queue(w)->q};
     int nq = (qs[0] == qs[1]) ? 1 : 1 + (int)below(&w->rng, 2);
     int direct = below(&w->rng, 32) == 0; /* waits for the 50 ms re-check */
-    gate_queues(qs, nq, below(&w->rng, 3000), direct,
-                1 + below(&w->rng, 1000), err);
+    gate_queues(qs, nq, below(&w->rng, 3000), direct, 1 + below(&w->rng, 1000),
+                err);
     if (below(&w->rng, 4) == 0)
         signal_due(0); /* workers signal too, not only the signallers */
 }
@@ -654,8 +677,8 @@ static void op_async(worker *w, mxd_error *err)
     item->after = after;
     uint64_t value = 1 + below(&w->rng, 100);
     enqueue_mark(a->q, before, err);
-    OK(mxd_queue_async_host_fn(a->q, host(async_run, async_discard, item),
-                               flag, value, err),
+    OK(mxd_queue_async_host_fn(a->q, host(async_run, async_discard, item), flag,
+                               value, err),
        err);
     OK(mxd_queue_wait_value(b->q, flag, value, err), err);
     enqueue_check(b->q, after, err);
@@ -773,15 +796,9 @@ static void op_shared_events(worker *w, mxd_error *err)
     tq *b = shared_q[below(&w->rng, SHARED_QUEUES)];
     bool ready;
     switch (below(&w->rng, 5)) {
-    case 0:
-        OK(mxd_queue_record(a->q, ev, err), err);
-        break;
-    case 1:
-        OK(mxd_event_query(ev, &ready, err), err);
-        break;
-    case 2:
-        OK(mxd_queue_wait_event(b->q, ev, err), err);
-        break;
+    case 0: OK(mxd_queue_record(a->q, ev, err), err); break;
+    case 1: OK(mxd_event_query(ev, &ready, err), err); break;
+    case 2: OK(mxd_queue_wait_event(b->q, ev, err), err); break;
     case 3: {
         mxd_wait wait = bounded();
         int64_t start = now_ns();
@@ -845,17 +862,26 @@ static void *worker_main(void *arg)
     memset(&err, 0, sizeof err);
     for (long iter = 0; now_ns() < deadline_ns; iter++) {
         switch (below(&w->rng, 20)) {
-        case 0: case 1: case 2: op_order(w, &err); break;
-        case 3: case 4: op_gate(w, &err); break;
-        case 5: case 6: op_event_chain(w, &err); break;
+        case 0:
+        case 1:
+        case 2: op_order(w, &err); break;
+        case 3:
+        case 4: op_gate(w, &err); break;
+        case 5:
+        case 6: op_event_chain(w, &err); break;
         case 7: op_queue_chain(w, &err); break;
         case 8: op_async(w, &err); break;
-        case 9: case 10: op_event_sync(w, &err); break;
+        case 9:
+        case 10: op_event_sync(w, &err); break;
         case 11: op_sync_timeout(w, &err); break;
-        case 12: if (below(&w->rng, 8) == 0) op_interrupt(w, &err); break;
+        case 12:
+            if (below(&w->rng, 8) == 0)
+                op_interrupt(w, &err);
+            break;
         case 13: op_device_sync(w, &err); break;
         case 14: op_replace(w, &err); break;
-        case 15: case 16: op_shared_events(w, &err); break;
+        case 15:
+        case 16: op_shared_events(w, &err); break;
         case 17: op_timing(w, &err); break;
         case 18: op_self_wait(w, &err); break;
         case 19: sync_private(w, pick_private(w), &err); break;
@@ -864,7 +890,8 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* ---- Watchdog ---------------------------------------------------------------- */
+/* ---- Watchdog
+ * ---------------------------------------------------------------- */
 
 static atomic_bool finished;
 static double watchdog_s;
@@ -884,8 +911,9 @@ static void *watchdog_main(void *arg)
     int64_t until = now_ns() + (int64_t)(watchdog_s * 1e9);
     while (!atomic_load(&finished)) {
         if (now_ns() > until) {
-            fprintf(stderr, "stress: still running %.0f s after the start: a "
-                            "wait never finished (lost wake-up or deadlock)\n",
+            fprintf(stderr,
+                    "stress: still running %.0f s after the start: a "
+                    "wait never finished (lost wake-up or deadlock)\n",
                     watchdog_s);
             print_counts(stderr);
             fflush(stderr);
@@ -896,7 +924,8 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
-/* ---- Main -------------------------------------------------------------------- */
+/* ---- Main
+ * -------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
 {
@@ -912,7 +941,8 @@ int main(int argc, char **argv)
     mxd_host_runner runner = {runner_enter, runner_leave, NULL};
     OK(mxd_init(&runner, &err), &err);
     if (mxd_accelerator_count() != 0)
-        FAIL("an accelerator backend was chosen; run with MAX_DRIVER_BACKEND=cpu");
+        FAIL("an accelerator backend was chosen; run with "
+             "MAX_DRIVER_BACKEND=cpu");
 
     watchdog_s = seconds + 3 * bound_s;
     pthread_t watchdog;
