@@ -302,8 +302,8 @@ static cpu_item *item_new(item_kind kind, mxd_error *err)
 }
 
 /* Appends item, starting a drain when the queue was idle.  On failure
- * nothing is enqueued and the caller still owns the item. */
-/* `ticket` (may be NULL) receives the item's ticket: once the lock is
+ * nothing is enqueued and the caller still owns the item.  `ticket` (may
+ * be NULL) receives the item's ticket, read under the lock: once it is
  * released the worker may run and free the item at any time. */
 static mxd_status enqueue_ticket(cpu_queue *q, cpu_item *item, uint64_t *ticket,
                                  mxd_error *err)
