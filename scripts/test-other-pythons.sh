@@ -7,9 +7,9 @@
 #   scripts/test-other-pythons.sh [--ends] --list  (only say which it would test)
 #
 # --ends tests only the oldest and the newest of them (what CI does, for
-# time): the binding's version branches (csrc/python/compat.h) split at
-# 3.10, 3.11, 3.12 and 3.13, and with the default interpreter those two
-# take every side of each.
+# time): the binding's version checks (csrc/python/compat.h) split at
+# 3.11, 3.12 and 3.13, and with the default interpreter those two take
+# every side of each.
 #
 # "Other" means: not the minor version of the default interpreter
 # (${PYTHON:-python3}), which .ci/run has already tested.  Candidates are
