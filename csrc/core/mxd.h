@@ -288,13 +288,21 @@ uint64_t mxd_flag_load(const mxd_flag *flag); /* acquire load */
 
 enum { MXD_VIRTUAL_VALUE_SIZE = 64 }; /* a setting's longest value + NUL */
 
+/* The most virtual devices: above the largest machines built (NVLink
+ * domains of a few hundred GPUs), and small enough that what enumerates
+ * them (scan_available_devices makes one DeviceSpec per device) stays
+ * cheap.  MAX accepts up to 2**31 - 1, which would take minutes and
+ * gigabytes to enumerate. */
+enum { MXD_VIRTUAL_MAX_COUNT = 4096 };
+
 typedef enum mxd_virtual_setting {
     MXD_VIRTUAL_API,  /* "cuda", "hip", "metal", ...; "" when unset */
     MXD_VIRTUAL_ARCH, /* "sm_90", "gfx942", ...; "" when unset */
     MXD_VIRTUAL_CPU,  /* an LLVM CPU name for CPU code; "" for the host's */
 } mxd_virtual_setting;
 
-/* 0 leaves virtual device mode; MXD_INVALID when negative or too large. */
+/* 0 leaves virtual device mode; MXD_INVALID when negative or above
+ * MXD_VIRTUAL_MAX_COUNT. */
 mxd_status mxd_virtual_set_count(long long count, mxd_error *err);
 int mxd_virtual_count(void);
 /* MXD_INVALID for a value too long, or a CPU target that cannot be

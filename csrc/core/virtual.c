@@ -26,11 +26,11 @@ static struct {
 
 mxd_status mxd_virtual_set_count(long long count, mxd_error *err)
 {
-    if (count < 0 || count > INT32_MAX)
+    if (count < 0 || count > MXD_VIRTUAL_MAX_COUNT)
         return mxd_fail(err, MXD_INVALID,
                         "the virtual device count must be between 0 (off) "
                         "and %d, not %lld",
-                        INT32_MAX, count);
+                        MXD_VIRTUAL_MAX_COUNT, count);
     atomic_store(&virt.count, (int)count);
     return MXD_OK;
 }
