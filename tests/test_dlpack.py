@@ -561,6 +561,33 @@ def test_from_dlpack_copy_true_of_a_buffer_copies(which):
     assert src[0, 0].item() == expected[0, 0]
 
 
+@pytest.mark.parametrize("versioned", [True, False])
+def test_an_import_of_our_export_shares_its_record(gate, versioned):
+    """SPEC §13: a capsule this module exported comes back over the same
+    storage and record, so the import's host reads wait for a write made
+    through the exporter on another queue later (and a view's offset is
+    kept)."""
+    buf, _ = filled(DType.int32, (8,))
+    view = buf[2:6]
+    cap = view.__dlpack__(max_version=(1, 0) if versioned else None)
+    imported = Buffer.from_dlpack(Holder(cap))
+    assert capsule_name(cap).startswith("used_")
+    assert imported._data_ptr() == view._data_ptr()
+    assert imported.stream is CPU().default_queue
+    writer = buf.to(DeviceQueue(CPU()))
+    flag = gate(writer.stream)
+    ref = np.arange(50, 58, dtype=np.int32)
+    writer.inplace_copy_from(Buffer.from_numpy(ref))  # pending behind the gate
+    read = Call(imported.to_numpy)
+    assert read.blocked()
+    flag.signal(1)
+    assert np.array_equal(read.value(), ref[2:6])
+    del buf, view, writer
+    gc.collect()
+    imported[0] = 7  # the storage lives on through the import
+    assert imported[0].item() == 7
+
+
 def test_from_dlpack_asks_for_a_versioned_capsule_with_the_cpu_stream():
     buf, _ = filled(DType.int32, (3,))
     holder = Holder(buf.__dlpack__(max_version=(1, 0)))

@@ -85,15 +85,25 @@ mxd_status mxd_memory_wrap(mxd_queue *q, const mxd_foreign *foreign,
         if (st != MXD_OK)
             return st;
     }
+    mxd_completion *written = NULL;
+    if (foreign->written_before_queue &&
+        (st = mxd_completion_record_on(q, &written, err)) != MXD_OK)
+        return st;
     mxd_memory *m = calloc(1, sizeof *m);
-    if (!m)
+    if (!m) {
+        mxd_completion_release(written);
         return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
+    }
     init_generic(m, q, MXD_MEMORY_FOREIGN, foreign->size);
     m->host = foreign->host;
     m->device_ptr = device_ptr;
     m->pinned = foreign->pinned;
     m->readonly = foreign->readonly;
     m->release = foreign->release;
+    if (written) { /* nobody else can reach the record yet: no lock */
+        mxd_hazard_note(NULL, m, written);
+        mxd_completion_release(written);
+    }
     *out = m;
     return MXD_OK;
 }

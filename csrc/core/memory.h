@@ -68,6 +68,11 @@ typedef struct mxd_foreign {
     int64_t size;
     bool pinned;   /* host memory mapped into the accelerator */
     bool readonly; /* nothing of ours may write it */
+    /* The producer ordered its pending writes before the work enqueued on
+     * q from now on (q's stream was its DLPack consumer stream): the
+     * record starts with a write at q's current end, so host access and
+     * other queues' copies wait for the producer too (SPEC §13). */
+    bool written_before_queue;
     /* Called once, when nothing of ours uses the memory any more: `run`
      * on a thread that may run user code (inside the host runner), or
      * `discard` when that is no longer possible (interpreter exit). */

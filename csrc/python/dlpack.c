@@ -578,6 +578,9 @@ static void leak_imported(void *data)
 
 typedef struct import_spec {
     PyObject *stream; /* the queue the buffer is bound to (borrowed) */
+    /* The producer was asked to order its work before the stream's (the
+     * capsule was asked for with stream's native handle). */
+    bool ordered_before_stream;
     int dtype_index;  /* -1: the capsule's dtype */
     int copy;         /* -1 None, 0 False, 1 True */
     const char *not_contiguous; /* the ValueError for strided input */
@@ -708,13 +711,16 @@ static PyObject *wrap_tensor(binding_state *st, PyObject *capsule,
         .size = hi - lo,
         .pinned = host && !mxd_device_is_host(dev),
         .readonly = (flags & MXD_DL_FLAG_READ_ONLY) != 0,
+        .written_before_queue = spec->ordered_before_stream,
         .release = {versioned ? release_versioned : release_legacy,
                     leak_imported, managed},
     };
+    mxd_queue *q = ((QueueObject *)spec->stream)->queue;
     mxd_memory *memory;
     mxd_error err;
-    if (mxd_memory_wrap(((QueueObject *)spec->stream)->queue, &foreign, &memory,
-                        &err) != MXD_OK)
+    mxd_status status;
+    BINDING_ENQUEUE(q, status = mxd_memory_wrap(q, &foreign, &memory, &err));
+    if (status != MXD_OK)
         return binding_raise(&err);
     /* Ours now: the capsule must not call the deleter any more. */
     PyCapsule_SetName(capsule, versioned ? USED_VERSIONED : USED_LEGACY);
@@ -722,6 +728,61 @@ static PyObject *wrap_tensor(binding_state *st, PyObject *capsule,
     layout->memory_size = hi - lo;
     return binding_buffer_new(st->buffer_type, memory, spec->stream,
                               dtype_index, BUFFER_USAGE_DEFAULT, layout);
+}
+
+/* The export block behind a capsule this module made (its deleter is
+ * ours), or NULL. */
+static export_block *own_export(void *managed, bool versioned)
+{
+    if (versioned) {
+        mxd_dl_managed_versioned *t = managed;
+        return t->deleter == delete_versioned ? t->manager_ctx : NULL;
+    }
+    mxd_dl_managed *t = managed;
+    return t->deleter == delete_legacy ? t->manager_ctx : NULL;
+}
+
+/* A Buffer over the storage of one of our own exports (consuming the
+ * capsule), sharing the exporter's record (SPEC §13), so that the two
+ * buffers order their work on each other; bound to the default queue of
+ * the storage's device.  NULL without an exception when the tensor does
+ * not lie inside that storage (a producer rewrote it): imported then as
+ * foreign memory. */
+static PyObject *share_export(binding_state *st, PyObject *capsule,
+                              export_block *block, const mxd_dl_tensor *t,
+                              bool versioned, int dtype_index,
+                              mxd_layout *layout, int64_t lo, int64_t hi)
+{
+    mxd_memory *memory = block->memory;
+    char *host = mxd_memory_host(memory);
+    uintptr_t base = host ? (uintptr_t)host : mxd_memory_device_ptr(memory);
+    uintptr_t first = (uintptr_t)t->data + t->byte_offset;
+    int64_t size = mxd_memory_size(memory);
+    int64_t offset = (int64_t)(first - base);
+    if (first < base || offset + lo < 0 || offset + hi > size)
+        return NULL;
+    PyObject *device = binding_device_object(st, mxd_memory_device(memory));
+    PyObject *stream =
+        device ? binding_device_default_queue((DeviceObject *)device) : NULL;
+    Py_XDECREF(device); /* cached by the module: stream stays valid */
+    if (stream == NULL)
+        return NULL;
+    layout->offset = offset;
+    layout->memory_size = size;
+    int usage = (mxd_memory_is_pinned(memory) ? BUFFER_USAGE_STAGING : 0) |
+                (mxd_memory_is_tracked(memory) ? 0 : BUFFER_USAGE_UNTRACKED);
+    mxd_memory_retain(memory);
+    PyObject *b =
+        binding_buffer_new(st->buffer_type, memory, stream, dtype_index, usage,
+                           layout);
+    if (b == NULL)
+        return NULL;
+    /* Consumed: the deleter gives the export's reference back now (the new
+     * buffer holds its own); no consumer fence, the record orders us. */
+    PyCapsule_SetName(capsule, versioned ? USED_VERSIONED : USED_LEGACY);
+    block->has_consumer = false;
+    release_export(block);
+    return b;
 }
 
 /* A Buffer over the capsule's tensor (consuming it), or a copy of it when
@@ -757,8 +818,13 @@ static PyObject *import_capsule(binding_state *st, PyObject *capsule,
                         "copy=False forbids a copy");
         return NULL;
     }
-    PyObject *b = wrap_tensor(st, capsule, managed, t, versioned, flags, spec,
-                              dtype_index, &layout, lo, hi);
+    export_block *own = own_export(managed, versioned);
+    PyObject *b = own ? share_export(st, capsule, own, t, versioned,
+                                     dtype_index, &layout, lo, hi)
+                      : NULL;
+    if (b == NULL && !PyErr_Occurred())
+        b = wrap_tensor(st, capsule, managed, t, versioned, flags, spec,
+                        dtype_index, &layout, lo, hi);
     if (b == NULL || !(readonly || spec->copy == 1))
         return b;
     PyObject *copy = binding_buffer_copy_to(b, spec->stream);
@@ -935,8 +1001,8 @@ PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
     Py_XDECREF(stream);
     if (capsule == NULL)
         return NULL;
-    import_spec spec = {target, -1, copy, not_contiguous_text(obj, numpy),
-                        NULL};
+    import_spec spec = {target, device_memory, -1, copy,
+                        not_contiguous_text(obj, numpy), NULL};
     PyObject *b = import_capsule(st, capsule, &spec);
     Py_DECREF(capsule);
     return b;
@@ -1117,7 +1183,7 @@ PyObject *binding_from_numpy(PyObject *cls, PyObject *array)
     if (carrier == NULL && PyErr_Occurred())
         return NULL;
     bool strided = false;
-    import_spec spec = {cpu, index, -1,
+    import_spec spec = {cpu, false, index, -1,
                         "from_numpy(): the array is not contiguous", &strided};
     PyObject *buffer = NULL;
     PyObject *capsule = numpy_capsule(b, array, carrier);

@@ -47,6 +47,7 @@ from dlpack_support import (
     strides_of,
     tensor,
 )
+from foreign_gpu import ForeignGPU, StreamProducer
 
 from max import driver
 from max.driver import Buffer, DevicePinnedBuffer, DeviceQueue, Usage
@@ -639,6 +640,95 @@ def test_from_dlpack_orders_the_producers_work_before_ours(acc, gate, rec):
     flag.signal(1)
     assert rec.wait("ours")
     assert np.array_equal(imported.to_numpy(), ref)
+
+
+def _pending_import(api, device, gate, producer):
+    """An import whose producer's write is still pending (held by a flag,
+    returned): our own buffer behind a gated queue, through a forwarding
+    producer, or a foreign producer's copy on a stream of its own."""
+    if producer == "ours":
+        src, ref, flag = gated_buffer(device, gate, DType.int32, (16,))
+        imported = returns_promptly(lambda: Buffer.from_dlpack(Recording(src)))
+        return imported, ref, flag, None
+    ref = np.arange(100, 116, dtype=np.int32)
+    flag = driver.CompletionFlag(device)
+    p = StreamProducer(ForeignGPU(api), device, ref.tolist(), (flag, 1))
+    imported = returns_promptly(lambda: Buffer.from_dlpack(p))
+    return imported, ref, flag, p
+
+
+@pytest.mark.parametrize("producer", ["ours", "foreign"])
+@pytest.mark.parametrize("device_index", [0, 1])
+def test_host_access_to_an_import_waits_for_the_producer(
+    api, gate, producer, device_index
+):
+    """SPEC §13: the imported storage's record starts with a write at the
+    end of the queue the producer ordered its work before, so a host read
+    waits for the producer's pending write (and no further)."""
+    if device_index >= driver.accelerator_count():
+        pytest.skip("needs two accelerators")
+    device = driver.Accelerator(device_index)
+    imported, ref, flag, p = _pending_import(api, device, gate, producer)
+    reads = [Call(imported.to_numpy), Call(lambda: imported[3].item())]
+    assert all(r.blocked() for r in reads), "a host read ran before the producer"
+    flag.signal(1)
+    assert np.array_equal(reads[0].value(), ref)
+    assert reads[1].value() == ref[3]
+    if p is not None:
+        del imported, reads
+        gc.collect()
+        assert wait_until(lambda: p.released)
+        p.close()
+
+
+@pytest.mark.parametrize("producer", ["ours", "foreign"])
+def test_copies_out_of_an_import_wait_for_the_producer(acc, api, gate, producer):
+    """... and so does a copy out of it on another queue (device-side: the
+    host does not wait), and a write into it."""
+    imported, ref, flag, p = _pending_import(api, acc, gate, producer)
+    dst = Buffer(DType.int32, (16,), DeviceQueue(acc))
+    returns_promptly(lambda: dst.inplace_copy_from(imported))
+    write = Call(lambda: imported.__setitem__(0, -1))
+    assert write.blocked()
+    flag.signal(1)
+    write.value()
+    assert np.array_equal(dst.to_numpy(), ref)
+    assert imported[0].item() == -1
+    if p is not None:
+        del imported
+        gc.collect()
+        assert wait_until(lambda: p.released)
+        p.close()
+
+
+@pytest.mark.parametrize("kind", ["device", "pinned", "untracked pinned"])
+def test_an_import_of_our_export_shares_its_record(acc, gate, kind):
+    """A capsule this module exported comes back as the same storage, with
+    the same record (SPEC §13): a write through the exporter later is
+    waited for by host reads of the import, on any queue."""
+    q = DeviceQueue(acc)
+    if kind == "device":
+        buf, _ = filled(q, (16,), DType.int32)
+    else:
+        usage = Usage.STAGING if kind == "pinned" else Usage.STAGING | Usage.UNTRACKED
+        buf = Buffer.zeros((16,), DType.int32, q, usage=usage)
+    imported = Buffer.from_dlpack(Recording(buf))
+    assert imported._data_ptr() == buf._data_ptr()
+    assert imported.stream is acc.default_queue
+    assert (imported.pinned, imported.usage) == (buf.pinned, buf.usage)
+    assert imported._host_hazard_tracked == buf._host_hazard_tracked
+    ref = np.arange(16, dtype=np.int32)
+    writer = buf.to(DeviceQueue(acc))
+    flag = gate(writer.stream)
+    writer.inplace_copy_from(Buffer.from_numpy(ref))  # pending behind the gate
+    read = Call(imported.to_numpy)
+    if kind == "untracked pinned":  # no record: the host waits for nothing
+        read.value()
+        flag.signal(1)
+        return
+    assert read.blocked()
+    flag.signal(1)
+    assert np.array_equal(read.value(), ref)
 
 
 def test_from_dlpack_of_a_buffer_on_the_device_is_the_buffer(acc):
