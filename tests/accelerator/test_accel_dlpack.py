@@ -45,6 +45,7 @@ from dlpack_support import (
     payload,
     shape_of,
     strides_of,
+    take,
     tensor,
 )
 from foreign_gpu import ForeignGPU, StreamProducer
@@ -766,6 +767,30 @@ def test_unconsumed_device_capsules_are_freed(acc, fake):
     assert wait_until(
         lambda: (acc.synchronize(timeout=WAIT), fake.live("device_alloc"))[1] == before
     )
+
+
+def test_exports_to_a_consumer_stream_do_not_pile_up(acc, fake):
+    """Each deleter call of an export to a consumer stream leaves an event
+    there for the memory's free to wait for; a long-lived buffer exported
+    in a loop (torch.from_dlpack every step) must not keep one per export
+    (watched through the fake's live event count)."""
+    buf, _ = filled(acc)
+    consumer = DeviceQueue(acc)
+
+    def export_and_release():
+        stream = consumer.native_stream_handle
+        m = take(buf.__dlpack__(stream=stream, max_version=(1, 0)))
+        m.deleter(ctypes.addressof(m))
+
+    export_and_release()
+    acc.synchronize(timeout=WAIT)
+    before = fake.live("event")
+    for _ in range(500):
+        export_and_release()
+    acc.synchronize(timeout=WAIT)
+    export_and_release()  # looks at the fences again, all complete now
+    # (Events go back to the device's pool: a few more may be live.)
+    assert fake.live("event") - before < 50
 
 
 @pytest.mark.parametrize("device", ["id out of range", "managed", "other api"])
