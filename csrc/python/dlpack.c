@@ -581,8 +581,8 @@ typedef struct import_spec {
     /* The producer was asked to order its work before the stream's (the
      * capsule was asked for with stream's native handle). */
     bool ordered_before_stream;
-    int dtype_index;  /* -1: the capsule's dtype */
-    int copy;         /* -1 None, 0 False, 1 True */
+    int dtype_index;            /* -1: the capsule's dtype */
+    int copy;                   /* -1 None, 0 False, 1 True */
     const char *not_contiguous; /* the ValueError for strided input */
     /* When not NULL, strided input sets it and returns NULL without an
      * exception (the capsule is left unconsumed): the caller copies. */
@@ -772,9 +772,8 @@ static PyObject *share_export(binding_state *st, PyObject *capsule,
     int usage = (mxd_memory_is_pinned(memory) ? BUFFER_USAGE_STAGING : 0) |
                 (mxd_memory_is_tracked(memory) ? 0 : BUFFER_USAGE_UNTRACKED);
     mxd_memory_retain(memory);
-    PyObject *b =
-        binding_buffer_new(st->buffer_type, memory, stream, dtype_index, usage,
-                           layout);
+    PyObject *b = binding_buffer_new(st->buffer_type, memory, stream,
+                                     dtype_index, usage, layout);
     if (b == NULL)
         return NULL;
     /* Consumed: the deleter gives the export's reference back now (the new
@@ -1001,8 +1000,8 @@ PyObject *binding_from_dlpack(PyObject *cls, PyObject *const *args,
     Py_XDECREF(stream);
     if (capsule == NULL)
         return NULL;
-    import_spec spec = {target, device_memory, -1, copy,
-                        not_contiguous_text(obj, numpy), NULL};
+    import_spec spec = {
+        target, device_memory, -1, copy, not_contiguous_text(obj, numpy), NULL};
     PyObject *b = import_capsule(st, capsule, &spec);
     Py_DECREF(capsule);
     return b;
@@ -1183,8 +1182,9 @@ PyObject *binding_from_numpy(PyObject *cls, PyObject *array)
     if (carrier == NULL && PyErr_Occurred())
         return NULL;
     bool strided = false;
-    import_spec spec = {cpu, false, index, -1,
-                        "from_numpy(): the array is not contiguous", &strided};
+    import_spec spec = {
+        cpu,     false, index, -1, "from_numpy(): the array is not contiguous",
+        &strided};
     PyObject *buffer = NULL;
     PyObject *capsule = numpy_capsule(b, array, carrier);
     if (capsule != NULL)
