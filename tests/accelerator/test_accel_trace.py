@@ -155,3 +155,65 @@ def test_hashes_repeat_across_runs(acc):
         return [e.semantic_hash for e in entries]
 
     assert run() == run()
+
+
+# --------------------------------------------------------------------------
+# The name is an entry point the copy used (watched through the fake's
+# call counters)
+
+COPY_ENTRY_POINTS = (
+    "MemcpyHtoDAsync", "MemcpyDtoHAsync", "MemcpyDtoDAsync", "MemcpyPeerAsync",
+    "Memcpy2DAsync", "MemsetD8Async", "MemsetD16Async", "MemsetD32Async",
+)  # fmt: skip
+
+
+def _grid(device, rows=16, cols=24):
+    ref = np.arange(rows * cols, dtype=np.int32).reshape(rows, cols)
+    return Buffer.from_numpy(ref).to(device), ref
+
+
+def _pinned(acc, shape):
+    return Buffer.zeros(shape, DType.int32, acc, usage=Usage.STAGING)
+
+
+TRUTH_CASES = {
+    # The issue's case: a strided download into pageable memory.
+    "strided download": lambda acc, acc1: _grid(acc)[0][:, ::2].to(CPU()),
+    "negative-step download": lambda acc, acc1: _grid(acc)[0][::-1, :].to(CPU()),
+    "strided item": lambda acc, acc1: _grid(acc)[0][3, 5].item(),
+    "strided to_numpy": lambda acc, acc1: _grid(acc)[0][::3, 1::4].to_numpy(),
+    "device into pinned": lambda acc, acc1: _pinned(acc, (16, 24)).inplace_copy_from(
+        _grid(acc)[0]
+    ),
+    "strided device copy": lambda acc, acc1: _grid(acc)[0][:, ::2].copy(),
+    "negative-step device copy": lambda acc, acc1: _grid(acc)[0][::-1, :].copy(),
+    "strided pinned to device": lambda acc, acc1: _pinned(acc, (16, 24))[:, ::2].copy(
+        acc
+    ),
+    "strided peer copy": lambda acc, acc1: _grid(acc)[0][:, ::2].copy(acc1),
+    "negative-step peer copy": lambda acc, acc1: _grid(acc)[0][::-1, :].copy(acc1),
+    "upload": lambda acc, acc1: Buffer.from_numpy(np.ones(64, np.int32)).to(acc),
+    "fill of 8-byte elements": lambda acc, acc1: Buffer.zeros((8,), DType.int64, acc),
+    "element write": lambda acc, acc1: Buffer.zeros((4, 4), DType.int32, acc)[
+        ::2, ::2
+    ].__setitem__((1, 1), 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRUTH_CASES))
+def test_trace_names_entry_points_the_driver_received(acc, acc1, prefix, fake, case):
+    """SPEC §14: ``name`` is a driver entry point the copy or fill used, on
+    every path (2-D copies, spans through the host, staging rings)."""
+    names = [prefix + n for n in COPY_ENTRY_POINTS]
+    run = TRUTH_CASES[case]
+    run(acc, acc1)  # made once: the setup's own copies are not traced
+    acc.synchronize(timeout=WAIT)
+    before = {n: fake.calls(n) for n in names}
+    with launch_trace() as entries:
+        run(acc, acc1)
+    for dev in (acc, acc1):
+        dev.synchronize(timeout=WAIT)
+    called = {n for n in names if fake.calls(n) > before[n]}
+    assert entries, case
+    for e in entries:
+        assert e.name in called, (case, e.name, sorted(called))
