@@ -246,8 +246,10 @@ static unsigned fake_run_now(fake_stream *s, const char *entry, const char *why,
         s->sticky = s->pending_fault;
         s->pending_fault = 0;
     }
-    if (s->sticky == 0)
+    if (s->sticky == 0) {
+        fake_access_check_now(s, entry, x);
         fake_execute(s, entry, x);
+    }
     unsigned rc = s->sticky;
     fake_stream_unref(s);
     return rc;

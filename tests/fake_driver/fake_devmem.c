@@ -238,8 +238,11 @@ unsigned fake_dmem_free(uintptr_t ptr)
         fake_sync_device(x->device);
         x = fake_dmem_freeable(ptr); /* another thread may have freed it */
     }
-    if (x != NULL)
+    if (x != NULL) {
+        fake_access_check_free(fake_current_entry_name(), x->base,
+                               x->base + x->size);
         fake_dmem_release(x);
+    }
     pthread_mutex_unlock(&fake_lock);
     return x != NULL ? FAKE_E_OK : FAKE_E_INVALID_VALUE;
 }

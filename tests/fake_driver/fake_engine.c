@@ -165,6 +165,7 @@ void fake_stream_unref(fake_stream *s)
 
 static void fake_item_free(fake_item *it)
 {
+    fake_access_leave(it);
     if (it->type == FAKE_ITEM_RECORD || it->type == FAKE_ITEM_WAIT_MARK)
         fake_mark_unref(it->u.mark);
     else if (it->type == FAKE_ITEM_WAIT_VALUE)
@@ -192,6 +193,12 @@ static bool fake_compare(uint64_t current, uint64_t value, unsigned op,
     }
 }
 
+bool fake_wait_value_met(const fake_item *it)
+{
+    uint64_t v = __atomic_load_n(it->u.wait.addr, __ATOMIC_ACQUIRE);
+    return fake_compare(v, it->u.wait.value, it->u.wait.op, it->u.wait.mask);
+}
+
 /* Polls the mapped word: host stores do not notify the device, so the
  * fake looks again every 20 µs, backing off to 1 ms while nothing moves. */
 static void fake_poll_value(fake_stream *s, fake_item *it)
@@ -203,8 +210,7 @@ static void fake_poll_value(fake_stream *s, fake_item *it)
             s->sticky = FAKE_E_ILLEGAL_ADDRESS;
             return;
         }
-        uint64_t v = __atomic_load_n(it->u.wait.addr, __ATOMIC_ACQUIRE);
-        if (fake_compare(v, it->u.wait.value, it->u.wait.op, it->u.wait.mask))
+        if (fake_wait_value_met(it))
             return;
         pthread_mutex_unlock(&fake_lock);
         struct timespec ts = {0, delay_us * 1000};
@@ -249,11 +255,18 @@ static void fake_run(fake_stream *s, fake_item *it)
             fake_callback_run(s, it, 0);
         break;
     case FAKE_ITEM_CALLBACK: fake_callback_run(s, it, err); break;
-    case FAKE_ITEM_TRANSFER: fake_transfer_run(s, it, err); break;
+    case FAKE_ITEM_TRANSFER:
+        if (err == 0)
+            fake_access_check(it);
+        fake_transfer_run(s, it, err);
+        break;
     /* Bookkeeping, done even after an error, so that memory is accounted
      * for and freed as the program says. */
     case FAKE_ITEM_ALLOC:
-    case FAKE_ITEM_FREE: fake_dmem_run(s, it); break;
+    case FAKE_ITEM_FREE:
+        fake_access_check(it);
+        fake_dmem_run(s, it);
+        break;
     }
 }
 
@@ -270,7 +283,9 @@ static void *fake_worker(void *arg)
         s->head = it->next;
         if (s->head == NULL)
             s->tail = NULL;
+        s->running = it;
         fake_run(s, it);
+        s->running = NULL;
         fake_item_free(it);
         s->completed++;
         pthread_cond_broadcast(&fake_changed);
@@ -547,6 +562,7 @@ void fake_enqueue(fake_stream *s, fake_item *it)
 {
     fake_implicit_waits(s);
     fake_append(s, it);
+    fake_access_enter(s, it);
 }
 
 unsigned fake_begin_item(void *h, fake_stream **s, fake_item **it)
@@ -725,6 +741,7 @@ unsigned fake_event_record(void *eh, void *sh)
         return FAKE_E_INVALID_HANDLE;
     }
     m->refs = 2; /* the event's and the record item's */
+    m->stream = s;
     fake_mark_unref(e->mark);
     e->mark = m;
     it->type = FAKE_ITEM_RECORD;

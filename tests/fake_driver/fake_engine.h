@@ -26,6 +26,7 @@ extern pthread_cond_t fake_changed;
 typedef struct fake_mark {
     int refs;
     bool done;
+    struct fake_stream *stream; /* where its record item is, until done */
     unsigned error; /* the stream's sticky error when it completed */
     uint64_t time_ns;
 } fake_mark;
@@ -96,10 +97,29 @@ enum fake_item_type {
     FAKE_ITEM_WAIT_STREAM, /* the implicit wait of a legacy stream */
 };
 
+/* A byte range an item reads or writes: device addresses, or the host
+ * view's addresses for pinned memory (both views alias them). */
+typedef struct fake_range {
+    uintptr_t lo, hi;
+    bool write;
+} fake_range;
+
+/* What a memory item touches, from its enqueue until it completes
+ * (fake_races.c): listed among the pending accesses of every stream. */
+typedef struct fake_access {
+    struct fake_access *prev, *next;
+    struct fake_stream *stream;
+    uint64_t seq; /* enqueue order, over every stream */
+    const char *entry;
+    fake_range range[2];
+    int ranges;
+} fake_access;
+
 typedef struct fake_item {
     struct fake_item *next;
     enum fake_item_type type;
-    const char *entry; /* the entry point that enqueued it, for messages */
+    const char *entry;  /* the entry point that enqueued it, for messages */
+    fake_access access; /* transfers, stream-ordered allocations and frees */
     union {
         fake_mark *mark;
         struct {
@@ -134,6 +154,7 @@ typedef struct fake_stream {
     int refs;       /* the worker thread + host threads waiting on it */
     pthread_cond_t wake;
     fake_item *head, *tail;
+    fake_item *running; /* taken off the queue and running, or NULL */
     uint64_t submitted, completed;
     unsigned sticky;        /* asynchronous error, reported from then on */
     unsigned pending_fault; /* fails the next item (fake_gpu_async_error) */
@@ -158,6 +179,8 @@ void fake_enqueue(fake_stream *s, fake_item *it);
  * to it.  Appends those waits to `s`; fake_enqueue calls it. */
 void fake_implicit_waits(fake_stream *s);
 void fake_stream_unref(fake_stream *s);
+/* Whether a FAKE_ITEM_WAIT_VALUE item's condition holds now. */
+bool fake_wait_value_met(const fake_item *it);
 
 /* Starts a detached thread with every signal blocked, so that signals keep
  * going to the application's threads (Python handles them on its main
@@ -218,6 +241,31 @@ size_t fake_device_bytes(void);
  * directly: its own, or a peer's whose access it enabled (and, for memory
  * of the peer's pool, was granted pool access to). */
 bool fake_peer_reachable(int device, int owner, bool pool_memory);
+
+/* ---- fake_races.c --------------------------------------------------- */
+
+/* Unordered accesses.  A stream item that touches memory (a copy, a fill,
+ * a stream-ordered allocation or free) is pending from its enqueue until
+ * it completes.  When one starts, a pending item of another stream that
+ * was enqueued before it and touches the same bytes (one of them writing)
+ * is ordered neither way: events and stream waits only order work after
+ * work enqueued before them, so nothing can make the earlier item wait
+ * for the later one.  On a GPU they would run in any order (stale data, a
+ * lost write, a use after free), so the fake records a violation whatever
+ * the timing happens to be here. */
+void fake_access_enter(fake_stream *s, fake_item *it);
+void fake_access_leave(fake_item *it);
+void fake_access_check(const fake_item *it);
+/* A transfer run in the call (fake_copy.c's synchronous copies), after
+ * every item enqueued before it. */
+void fake_access_check_now(fake_stream *s, const char *entry,
+                           const fake_transfer *x);
+/* A free that takes effect in the call (cuMemFree, cuMemFreeHost): of
+ * bytes [lo, hi). */
+void fake_access_check_free(const char *entry, uintptr_t lo, uintptr_t hi);
+/* The ranges a transfer touches (pageable host memory is not tracked):
+ * their count. */
+int fake_transfer_ranges(const fake_transfer *x, fake_range out[2]);
 
 /* ---- fake_copy.c ---------------------------------------------------- */
 

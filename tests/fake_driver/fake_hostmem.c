@@ -193,6 +193,8 @@ unsigned fake_host_free(void *host)
         return FAKE_E_INVALID_VALUE;
     }
     fake_alloc *a = *p;
+    fake_access_check_free(fake_current_entry_name(), (uintptr_t)a->host,
+                           (uintptr_t)a->host + a->size);
     *p = a->next;
     a->freed = true;
     fake_uncharge(a->device, a->size);

@@ -689,3 +689,86 @@ def test_exit_check_can_be_turned_off(lib_path, poller):
     assert r.returncode == 0, r.stderr
     assert f"poller: {DEINITIALIZED}" not in r.stderr.splitlines()
     assert "fake_gpu: violation" not in r.stderr, r.stderr
+
+
+# --------------------------------------------------------------------------
+# Rule 16: unordered accesses of the same memory
+
+UNORDERED = r"""
+api = t.child_api(lib, API)
+N = 1 << 18  # 0.25 s on the modelled 1 MiB/s copy engine
+reader, writer, busy = api.stream(), api.stream(), api.stream()
+x, y, z, w = (api.malloc(N)[1] for _ in range(4))
+p = api.host_alloc(N)  # (pinned: it synchronises the device)
+_, p_dev = api.device_ptr(p)
+host = (ctypes.c_ubyte * N)()
+
+# A read of `src` into y pending for 0.25 s behind other work (a copy
+# between other memory, no host gate): it starts after what the case does
+# next, so that the two never move bytes at once (ThreadSanitizer runs of
+# this file would see the fake's threads race on them).
+def slow_read(src=x):
+    assert api.d2d(z, w, N, busy) == 0
+    e = api.event(2)
+    assert api.record(e, busy) == 0 and api.wait_event(reader, e) == 0
+    assert api.d2d(y, src, 64, reader) == 0
+
+CASE
+out["sync"] = [api.sync(s) for s in (reader, writer, busy)]
+out["violations"] = t.violations(lib)
+"""
+
+UNORDERED_CASES = {
+    # Nothing orders the write after the pending read: a violation, though
+    # the fake happens to run the read after the write.
+    "write while a read is pending": """
+slow_read()
+assert api.h2d(x, host, 64, writer) == 0
+""",
+    "write into pinned memory read by a pending copy": """
+slow_read(p_dev)
+assert api.d2d(p_dev, w, 64, writer) == 0
+""",
+    "stream-ordered free while a read is pending": """
+slow_read()
+assert api.free_async(x, writer) == 0
+""",
+    # Ordered: after an event recorded behind the read.
+    "write after an event": """
+slow_read()
+e = api.event(2)
+assert api.record(e, reader) == 0 and api.wait_event(writer, e) == 0
+assert api.h2d(x, host, 64, writer) == 0
+""",
+    # The host orders them: the read waits for a value the host writes
+    # after the write (as a backend's host step does).
+    "read behind a host gate": """
+flag, release = api.value_gate(reader)
+assert api.d2d(y, x, 64, reader) == 0
+assert api.h2d(x, host, 64, writer) == 0
+assert api.sync(writer) == 0
+release()
+""",
+    "reads only": """
+slow_read()
+assert api.d2h(host, x, 64, writer) == 0
+""",
+}
+
+
+@pytest.mark.parametrize("api_name", ["cuda", "hip"])
+@pytest.mark.parametrize("case", sorted(UNORDERED_CASES))
+def test_unordered_accesses_are_violations(lib_path, api_name, case):
+    code = UNORDERED.replace("CASE", UNORDERED_CASES[case])
+    out, _ = run_child(
+        lib_path, f"API = {api_name!r}\n" + code, FAKE_GPU_COPY_MIB_PER_S=1
+    )
+    racy = case.startswith(("write while", "write into", "stream-ordered"))
+    if not racy:
+        assert out == {"sync": [SUCCESS] * 3, "violations": []}, out
+        return
+    # (A free may also take effect before the read starts: that read then
+    # faults, a second violation.)
+    v = out["violations"][0]
+    assert "enqueued earlier on another stream" in v, v
+    assert "nothing orders the two" in v, v
