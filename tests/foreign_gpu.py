@@ -141,6 +141,10 @@ class StreamConsumer:
             self.memory = _malloc(self.gpu, 4 * n)
             _ok(self.gpu.d2d(self.memory, src, 4 * n, self.stream), "copy")
 
+    def synchronize(self) -> None:
+        """The host waits for the consumer's stream."""
+        _ok(self.gpu.sync(self.stream), "stream synchronize")
+
     def give_back(self) -> None:
         m, self.managed = self.managed, None
         m.deleter(ctypes.addressof(m))

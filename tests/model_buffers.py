@@ -50,24 +50,50 @@ Host functions, which read and write NumPy aliases, are in no record:
 they are ordered by their queues only, and the compiler places them only
 where that orders them against every conflicting access.
 
+Lifetimes and other libraries (the accelerator variant; foreign_gpu.py):
+
+- ``drop_all`` drops every reference to a storage whatever is pending on
+  other queues, of its device and of another (its free must wait for all
+  of it: the fake driver reports a free that does not, SPEC 12.7);
+- ``import`` is ``Buffer.from_dlpack`` of a foreign producer whose write of
+  fresh values is pending on a stream of its own behind a gate flag: the
+  storage's first write is a node at the end of the default queue of its
+  device, after the flag (SPEC 13);
+- ``export`` hands a device buffer to a foreign consumer whose stream waits
+  for a gate flag and then copies it: that read is after the storage's
+  last write and the flag, and in no record, so later writes of the
+  storage race with it until ``consumer_sync`` (the host waits for the
+  consumer's stream); ``give_back`` calls the capsule's deleter, before or
+  after the storage is dropped.  What each consumer read is checked at the
+  end.
+
+Every violation the fake driver records fails the program, whatever the
+values show (test_model.py).
+
 A host point (``Model.host_point``) is a moment of the issuing thread:
 everything enqueued after it runs after it.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from foreign_gpu import StreamConsumer, StreamProducer
 
 from max import driver
 from max.driver import CPU, Buffer, DevicePinnedBuffer, DeviceQueue, Usage
 from max.dtype import DType
 
 BUFFER_KINDS = (
-    ["buf"] * 3 + ["copy"] * 6 + ["hread"] * 3 + ["bwrite"] * 2 + ["bread"] * 2
+    ["buf"] * 3 + ["copy"] * 6 + ["hread"] * 3 + ["bwrite"] * 2 + ["bread"] * 3
     + ["alias"] * 2 + ["hwrite"] * 2 + ["view", "rebind", "drop_buf"]
+    + ["drop_all"] * 2 + ["give_back", "consumer_sync"]
 )  # fmt: skip
+# Buffers shared with another library on the accelerator (foreign_gpu.py),
+# each behind a gate flag of the program (compile_program hands one over).
+FOREIGN_KINDS = ["import"] * 2 + ["export"] * 2
 MAX_BUFFERS = 8
 MAX_ALIASES = 6
 DTYPE = DType.int32
@@ -130,6 +156,8 @@ class BufferCompiler:
         self.next_value = 1000
         # Every access, for the compiler's own test: (sid, index, node, write).
         self.accesses: list[tuple] = []
+        # Exports to foreign consumers: their read nodes and what they read.
+        self.consumers: list[dict] = []
 
     # Queues ----------------------------------------------------------------
     def queues_for(self, kind):
@@ -252,10 +280,15 @@ class BufferCompiler:
         return out
 
     # Operations ------------------------------------------------------------
-    def compile(self, kind, thread, a, b, c):
+    def compile(self, kind, thread, a, b, c, gate=None):
         """Resolved ops for one raw buffer operation ([] when it does not
-        apply: nothing alive, or every candidate would race or block)."""
-        out = getattr(self, "_" + kind)(a, b, c)
+        apply: nothing alive, or every candidate would race or block).
+        ``gate``: (flag id, its value, its signal's node) for the foreign
+        kinds."""
+        if kind in FOREIGN_KINDS:
+            out = getattr(self, "_" + kind)(a, b, c, gate)
+        else:
+            out = getattr(self, "_" + kind)(a, b, c)
         if out is None:
             return []
         if isinstance(out, dict):
@@ -363,6 +396,93 @@ class BufferCompiler:
         bid = _rotated(self.live_b, a)[0]
         self.live_b.remove(bid)
         return {"b": bid}
+
+    def _drop_all(self, a, b, c):
+        """Drops every reference to one storage (its buffers, views,
+        ``to(stream)`` aliases and NumPy aliases), whatever other queues
+        still have pending: its memory must outlive their work (SPEC 12.7;
+        the fake driver reports a free that does not wait)."""
+        held = sorted(
+            {self.views[x].sid for x in self.live_b}
+            | {self.aliases[x].sid for x in self.live_al}
+        )
+        if not held:
+            return None
+        sid = _rotated(held, a)[0]
+        bufs = [x for x in self.live_b if self.views[x].sid == sid]
+        aliases = [x for x in self.live_al if self.aliases[x].sid == sid]
+        self.live_b = [x for x in self.live_b if x not in bufs]
+        self.live_al = [x for x in self.live_al if x not in aliases]
+        return {"bufs": bufs, "aliases": aliases}
+
+    def _import(self, a, b, c, gate):
+        """``Buffer.from_dlpack`` of a foreign producer (StreamProducer)
+        whose write of fresh values on its own stream waits for the gate
+        flag: its storage's record starts with a write at the end of the
+        default queue of its device, after the producer's write (SPEC 13).
+        b bit 0: on the second accelerator; c: the length."""
+        if not self.accelerator or len(self.live_b) >= MAX_BUFFERS:
+            return None
+        fid, value, sig = gate
+        second = self.second and bool(b & 1)
+        kind, q = ("dev1", GPU1_QUEUES[0]) if second else ("dev", 0)
+        n = 2 + c % 7
+        values = [self.fresh() for _ in range(n)]
+        sid = len(self.storages)
+        self.storages.append(Storage(kind, True, [None] * n, [[] for _ in range(n)]))
+        node = self.push(q, "import", [sig])
+        self.write(sid, range(n), node, values)
+        self.note(None, sid, node)
+        bid = self.new_buffer(View(sid, 0, n, q))
+        return {"b": bid, "q": q, "device": int(second), "values": values,
+                "f": fid, "value": value}  # fmt: skip
+
+    def _export(self, a, b, c, gate):
+        """``__dlpack__(stream=...)`` of a device buffer to a foreign
+        consumer (StreamConsumer) whose stream waits for the gate flag and
+        then copies the view into memory of its own: that read is after the
+        storage's last write and the gate, and in no record (SPEC 12.6)."""
+        fid, value, sig = gate
+        for bid in _rotated(self.live_b, a):
+            v = self.views[bid]
+            st = self.storages[v.sid]
+            idx = list(range(v.off, v.off + v.n))
+            preds = [*st.writes, sig]
+            if st.kind not in ("dev", "dev1") or self.races(
+                v.sid, idx, False, self.ancestors(preds)
+            ):
+                continue
+            node = self.m.add("consume", preds)
+            cid = len(self.consumers)
+            self.consumers.append({"node": node, "expect": self.read(v.sid, idx, node)})
+            return {"b": bid, "c": cid, "f": fid, "value": value,
+                    "device": int(st.kind == "dev1")}  # fmt: skip
+        return None
+
+    def _give_back(self, a, b, c):
+        """The consumer calls the capsule's deleter (its copy may still be
+        pending), before or after the storage is dropped."""
+        held = [i for i, x in enumerate(self.consumers) if not x.get("given")]
+        if not held:
+            return None
+        cid = _rotated(held, a)[0]
+        self.consumers[cid]["given"] = True
+        return {"c": cid}
+
+    def _consumer_sync(self, a, b, c):
+        """The host waits for a consumer's stream: its read is over, so the
+        storage may be written again."""
+        done = [
+            i
+            for i, x in enumerate(self.consumers)
+            if not x.get("synced") and self.m.completes(x["node"])
+        ]
+        if not done:
+            return None
+        cid = _rotated(done, a)[0]
+        self.consumers[cid]["synced"] = True
+        self.m.host_point([self.consumers[cid]["node"]])
+        return {"c": cid}
 
     def _copy(self, a, b, c):
         """``dst.inplace_copy_from(src)`` of two live buffers (or equally
@@ -617,13 +737,17 @@ def host_accesses(aliases, reads, writes):
 
 class BufferRunner:
     """Run-time half: the program's buffers and aliases, and the ops that
-    use them (``queue(key)`` resolves a queue key)."""
+    use them (``queue(key)`` resolves a queue key, ``flag(id)`` a gate
+    flag)."""
 
-    def __init__(self, queue, count):
+    def __init__(self, queue, count, flag=None):
         self.queue = queue
         self.count = count
+        self.flag = flag
         self.bufs = {}
         self.aliases = {}
+        self.producers = []
+        self.consumers = {}
         self.violations = []
 
     def clear(self, final):
@@ -729,6 +853,69 @@ class BufferRunner:
 
     def _alias(self, a):
         self.aliases[a["al"]] = self.bufs[a["b"]].to_numpy()
+
+    def _drop_all(self, a):
+        for b in a["bufs"]:
+            del self.bufs[b]
+        for al in a["aliases"]:
+            del self.aliases[al]
+
+    def _import(self, a):
+        dev = driver.Accelerator(a["device"])
+        gate = (self.flag(a["f"]), a["value"])
+        producer = StreamProducer(dev.api, dev, a["values"], gate)
+        self.producers.append(producer)
+        buf = Buffer.from_dlpack(producer)
+        if buf.stream is not self.queue(a["q"]):
+            self.violations.append(f"import {a['b']} is not bound to queue {a['q']}")
+        self.bufs[a["b"]] = buf
+        self.count("imports")
+
+    def _export(self, a):
+        dev = driver.Accelerator(a["device"])
+        consumer = StreamConsumer(dev.api, dev, (self.flag(a["f"]), a["value"]))
+        buf = self.bufs[a["b"]]
+        consumer.consume(buf, buf.num_elements)
+        self.consumers[a["c"]] = consumer
+        self.count("exports")
+
+    def _give_back(self, a):
+        self.consumers[a["c"]].give_back()
+
+    def _consumer_sync(self, a):
+        self.consumers[a["c"]].synchronize()
+
+    def finish_foreign(self, expected):
+        """Once every gate is open and the program's references are gone:
+        what each consumer read (``expected``: the model's, by consumer),
+        then the foreign streams and memory are freed; each producer's
+        capsule must have been given back (its memory is not ours)."""
+        for cid, consumer in sorted(self.consumers.items()):
+            got, expect = consumer.result(), expected[cid]
+            self.count("buffer elements checked", sum(e is not None for e in expect))
+            if differs(got, expect):
+                self.violations.append(
+                    f"consumer {cid} read {got}, the model says {expect}"
+                )
+            consumer.close()
+        self.consumers.clear()
+        for i, producer in enumerate(self.producers):
+            if not wait_released(producer):
+                self.violations.append(f"producer {i}'s capsule was never given back")
+                continue
+            producer.close()
+        self.producers.clear()
+
+
+def wait_released(producer, timeout=20.0):
+    """Whether the producer's capsules are all given back within
+    ``timeout`` (our memory is released on a worker thread)."""
+    deadline = time.monotonic() + timeout
+    while not producer.released:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def aux_queue(key):

@@ -71,10 +71,17 @@ the destination's old contents are read there, and work that the old rule
 (copies joined their source's queue) held back: a fill on the source's
 queue that a host read then waits for.
 
-The same model runs against the fake GPU driver (CUDA and HIP) in a child
-pytest with ``MAX_DRIVER_MODEL_DEVICE=gpu``.  ``MAX_DRIVER_MODEL_EXAMPLES``
-raises the number of programs (soak runs); the figures are printed by the
-last test of the file.
+On an accelerator, programs also drop every reference to a buffer while
+other queues (of its device and of another) still use it, import from a
+foreign producer whose stream work is pending behind a flag, and export to
+a foreign consumer's busy stream, giving the capsule back before or after
+the drop (``model_buffers.py``).
+
+The same model runs against the fake GPU driver (CUDA with memory pools,
+HIP without) in a child pytest with ``MAX_DRIVER_MODEL_DEVICE=gpu``; every
+violation of a real-driver rule the fake records fails the program.
+``MAX_DRIVER_MODEL_EXAMPLES`` raises the number of programs (soak runs); the
+figures are printed by the last test of the file.
 """
 
 from __future__ import annotations
@@ -91,10 +98,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from fake_driver.fakelib import load, take_violations
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from model_buffers import (
     BUFFER_KINDS,
+    FOREIGN_KINDS,
     BufferCompiler,
     BufferRunner,
     aux_devices,
@@ -220,7 +229,7 @@ KINDS = (
     + ["wait_dev", "event", "signal", "async",
     "gate_async", "sync_q", "sync_ev", "sync_dev", "is_ready", "drop_q",
     "drop_ev", "drop_flag", "burst", "queue"]
-    + BUFFER_KINDS
+    + BUFFER_KINDS + FOREIGN_KINDS
 )  # fmt: skip
 
 raw_op = st.tuples(
@@ -528,6 +537,23 @@ def compile_program(raw) -> Plan:
         elif kind in BUFFER_KINDS:
             plan.ops += bufs.compile(kind, thread, a, b, c)
             continue
+        elif kind in FOREIGN_KINDS:
+            # Another library's stream, held by a new gate flag; c bit 3:
+            # a thread signals it a little later, so that what waits for
+            # the foreign work is issued (and must block) before it.
+            if DEVICE_KIND != "gpu":
+                continue
+            flag_op = new_flag(thread, b, c >> 4)
+            fid = flag_op.args["f"]
+            gate = (fid, plan.gate_flags[fid][0], flag_sig[fid])
+            ops = bufs.compile(kind, thread, a, b, c, gate)
+            plan.ops += [flag_op, *ops]
+            if ops and c & 8:
+                unassigned.remove(fid)
+                m.nodes[flag_sig[fid]].signaller = "thread"
+                args = {"f": fid, "mode": "thread", "delay_ms": 1 + c % 3}
+                plan.ops.append(Op("signal", thread, args))
+            continue
         else:  # pragma: no cover
             raise AssertionError(kind)
         plan.ops.append(op)
@@ -631,6 +657,8 @@ FIGURES = {
     "staged copies": 0,
     "enqueued copies": 0,
     "complete copies": 0,
+    "imports": 0,
+    "exports": 0,
     "buffer elements checked": 0,
 }
 _figures_lock = threading.Lock()
@@ -653,7 +681,7 @@ class Runner:
         self.threads = []
         self.violations = []
         self.holds = [threading.Event() for _ in range(plan.n_holds)]
-        self.buffers = BufferRunner(self.queue, _count)
+        self.buffers = BufferRunner(self.queue, _count, self.flags.__getitem__)
 
     def queue(self, key):
         """The queue of a model key (created at first use for the
@@ -729,7 +757,7 @@ class Runner:
             )  # fmt: skip
             target = self.dev if a["via_device"] and a["q"] == 0 else self.queue(a["q"])
             getattr(target, ENQ)(fn)
-        elif k in BUFFER_KINDS:
+        elif k in BUFFER_KINDS or k in FOREIGN_KINDS:
             self.buffers.run(op)
         elif k == "queue":
             qs[a["q"]] = DeviceQueue(self.dev)
@@ -941,6 +969,9 @@ class Runner:
                 self.plan, list(self.log), queue_work, "final device.synchronize"
             )
             self.buffers.check_final(final)
+            final.clear()  # the last references: imports go back to producers
+            consumers = [x["expect"] for x in self.plan.buffers.consumers]
+            self.buffers.finish_foreign(consumers)
         # Async host functions run on the CPU pool, outside the queues.
         want = self.plan.n_host + self.plan.n_async
         deadline = time.monotonic() + WAIT
@@ -954,10 +985,26 @@ class Runner:
         )
 
 
+FAKE_LIBRARY = os.environ.get("MAX_DRIVER_FAKE_LIBRARY")
+_fake = []
+
+
+def fake_violations():
+    """The fake driver's violations of real-driver rules since the last
+    call, as sentences (none on the CPU or a real driver)."""
+    if not FAKE_LIBRARY:
+        return []
+    if not _fake:
+        _fake.append(load(FAKE_LIBRARY))
+    return take_violations(_fake[0])
+
+
 def run_program(raw, device):
     plan = compile_program(raw)
     note("resolved program:\n" + plan.describe())
+    fake_violations()  # (a program starts with none)
     violations = Runner(plan, device).run()
+    violations += [f"fake driver: {v}" for v in fake_violations()]
     with _figures_lock:
         FIGURES["programs"] += 1
         FIGURES["host functions checked"] += plan.n_host
@@ -1296,7 +1343,11 @@ def test_model_on_fake_gpu(fake_lib, api):
     env.pop("PYTHONWARNINGS", None)
     env["MAX_DRIVER_BACKEND"] = api
     env[f"MAX_DRIVER_{api.upper()}_LIBRARY"] = str(fake_lib)
+    env["MAX_DRIVER_FAKE_LIBRARY"] = str(fake_lib)  # its violations fail
     env["MAX_DRIVER_MODEL_DEVICE"] = "gpu"
+    # Device memory with the stream-ordered allocator (CUDA) and with the
+    # plain one, frees deferred by the backend (HIP).
+    env["FAKE_GPU_MEMORY_POOLS"] = "1" if api == "cuda" else "0"
     env["MAX_DRIVER_MODEL_EXAMPLES"] = str(max(1, EXAMPLES * 4 // 15))
     try:
         r = subprocess.run(
