@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchmarks.gpu_copies import HTOD, copy_bandwidth
+from benchmarks.gpu_copies import DTOD, HTOD, copy_bandwidth
 from benchmarks.run import OUT_DIR, Result, machine, plot, table
 from max import driver
 from max.dtype import DType
@@ -113,6 +113,7 @@ class RawDriver:
             "raw_host_store_ns": [n],
             "raw_load_ns": [n],
             "raw_copy_ns": [ctypes.c_int, u64, u64, n, ctypes.c_int],
+            "raw_context_bind_ns": [n],
         }
         for name, argtypes in signatures.items():
             fn = getattr(self.lib, name)
@@ -126,6 +127,15 @@ class RawDriver:
         rc = self.lib.raw_open(path.encode() if path else None, ordinal)
         if rc != 0:
             raise RuntimeError(f"raw_open failed ({rc}): {self.last_error()}")
+
+    def context_push(self) -> None:
+        """Leaves the device's primary context current on this thread, as
+        PyTorch and CuPy do, until context_pop()."""
+        if self.lib.raw_context_push() != 0:
+            raise RuntimeError(f"raw_context_push: {self.last_error()}")
+
+    def context_pop(self) -> None:
+        self.lib.raw_context_pop()
 
     def time_ns(self, name: str, *args: int) -> float:
         """ns per iteration of ``name(*args)`` (the last argument: the count)."""
@@ -165,6 +175,7 @@ def _fixture(acc: driver.Device) -> dict[str, object]:
         "flag": driver.CompletionFlag(acc),
         "p4": driver.DevicePinnedBuffer(DType.float32, small, q),
         "d4": driver.Buffer(DType.float32, small, q),
+        "d4b": driver.Buffer(DType.float32, small, q),
     }
 
 
@@ -265,6 +276,16 @@ def _ops(raw: RawDriver, names: dict[str, object]) -> list[Op]:
                 )
             },
             target=SMALL_COPY_TARGET_NS,
+            max_count=SMALL_COPY_MAX_COUNT,
+        ),
+        Op(
+            "4 KiB copy device -> device (inplace_copy_from)",
+            "d4b.inplace_copy_from(d4)",
+            {
+                "cuMemcpyDtoDAsync 4 KiB": call(
+                    "raw_copy_ns", DTOD, SMALL_COPY_BYTES, s, 0
+                )
+            },
             max_count=SMALL_COPY_MAX_COUNT,
         ),
         Op(  # no raw twin: a new device buffer and the copy into it

@@ -187,6 +187,40 @@ static void leave(void)
         }                                                                      \
     } while (0)
 
+/* The device's primary context made current on the calling thread until
+ * raw_context_pop(), as PyTorch and CuPy leave it on theirs: then
+ * max.driver's enqueues find it current and push nothing. */
+EXPORT int raw_context_push(void)
+{
+    double result = enter();
+    return result == 0 ? 0 : -1;
+}
+
+EXPORT void raw_context_pop(void)
+{
+    leave();
+}
+
+/* What an enqueue from a thread without a current context adds: making
+ * the device's context current and restoring the thread's afterwards. */
+EXPORT double raw_context_bind_ns(long iterations)
+{
+    double result = enter();
+    if (result != 0)
+        return result;
+    leave();
+    cu_context current;
+    int64_t start = now_ns();
+    for (long i = 0; i < iterations; i++) {
+        CHECK("cuCtxGetCurrent", drv.cuCtxGetCurrent(&current));
+        CHECK("cuCtxPushCurrent", drv.cuCtxPushCurrent(context));
+        CHECK("cuCtxPopCurrent", drv.cuCtxPopCurrent(&current));
+    }
+    result = per_iteration(start, iterations);
+out:
+    return result;
+}
+
 /* A disabled-timing event recorded on `stream` and completed (stream 0:
  * created only). */
 static cu_result ready_event(cu_event *ev, cu_stream stream)

@@ -38,7 +38,7 @@ bool mxd_host_access_idle(const mxd_view *v, mxd_host_access kind)
 mxd_status mxd_host_read_wait(const mxd_view *v, const mxd_wait *wait,
                               mxd_error *err)
 {
-    mxd_status st = mxd_view_check(v, "", err);
+    mxd_status st = mxd_view_check(v, "", NULL, err);
     if (st != MXD_OK)
         return st;
     mxd_memory *m = v->memory;
@@ -92,14 +92,14 @@ static mxd_status read_bytes(const mxd_view *v, void *dst, bool unordered,
 mxd_status mxd_read_host(const mxd_view *v, void *dst, const mxd_wait *wait,
                          mxd_error *err)
 {
-    mxd_status st = mxd_view_check(v, "", err);
+    mxd_status st = mxd_view_check(v, "", NULL, err);
     return st == MXD_OK ? read_bytes(v, dst, false, wait, err) : st;
 }
 
 mxd_status mxd_download(const mxd_view *v, mxd_queue *cpu_queue,
                         mxd_memory **out, const mxd_wait *wait, mxd_error *err)
 {
-    mxd_status st = mxd_view_check(v, "", err);
+    mxd_status st = mxd_view_check(v, "", NULL, err);
     int64_t bytes = 0;
     if (st == MXD_OK)
         st = mxd_shape_size(v->layout.rank, v->layout.shape,
@@ -121,7 +121,7 @@ mxd_status mxd_download(const mxd_view *v, mxd_queue *cpu_queue,
 mxd_status mxd_write_host(const mxd_view *v, const void *src,
                           const mxd_wait *wait, mxd_error *err)
 {
-    mxd_status st = mxd_view_check(v, "", err);
+    mxd_status st = mxd_view_check(v, "", NULL, err);
     if (st != MXD_OK)
         return st;
     mxd_memory *m = v->memory;
@@ -176,7 +176,7 @@ mxd_status mxd_memory_consumer_done(mxd_memory *m, uintptr_t native,
 
 mxd_status mxd_order_native(const mxd_view *v, uintptr_t native, mxd_error *err)
 {
-    mxd_status st = mxd_view_check(v, "", err);
+    mxd_status st = mxd_view_check(v, "", NULL, err);
     if (st != MXD_OK)
         return st;
     const mxd_backend *ops = v->memory->ops;

@@ -327,8 +327,10 @@ void mxd_memory_release_foreign(mxd_memory *m);
 
 /* A view's memory and queue are of this process and of one device, and its
  * layout lies inside the memory; `which` names it in the message
- * ("destination ", "source ", or ""). */
-mxd_status mxd_view_check(const mxd_view *v, const char *which, mxd_error *err);
+ * ("destination ", "source ", or ""); `count` (may be NULL): its
+ * elements. */
+mxd_status mxd_view_check(const mxd_view *v, const char *which, int64_t *count,
+                          mxd_error *err);
 
 /* Unlinks a retired queue from its device and destroys it (queue.c). */
 void mxd_queue_finish_retire(mxd_queue *q);

@@ -134,13 +134,16 @@ mxd_status mxd_layout_extent(const mxd_layout *v, int64_t *lo, int64_t *hi,
     return MXD_OK;
 }
 
-mxd_status mxd_layout_check(const mxd_layout *v, mxd_error *err)
+mxd_status mxd_layout_check(const mxd_layout *v, int64_t *count_out,
+                            mxd_error *err)
 {
-    int64_t count, lo, hi, strides[MXD_MAX_RANK];
+    int64_t count, bytes, lo, hi, strides[MXD_MAX_RANK];
     mxd_status st =
-        mxd_shape_size(v->rank, v->shape, v->element_size, &count, NULL, err);
+        mxd_shape_size(v->rank, v->shape, v->element_size, &count, &bytes, err);
     if (st != MXD_OK)
         return st;
+    if (count_out)
+        *count_out = count;
     if (v->memory_size < 0)
         return mxd_fail(err, MXD_INVALID,
                         "the memory size must be at least 0, not %lld",
@@ -150,9 +153,13 @@ mxd_status mxd_layout_check(const mxd_layout *v, mxd_error *err)
                         "the view's strides in bytes do not fit in 64 bits");
     if (count == 0)
         return MXD_OK;
-    st = mxd_layout_extent(v, &lo, &hi, err);
-    if (st != MXD_OK)
+    if (mxd_layout_is_contiguous(v)) { /* most views: [offset, + bytes) */
+        lo = v->offset;
+        if (!add(lo, bytes, &hi))
+            hi = INT64_MAX;
+    } else if ((st = mxd_layout_extent(v, &lo, &hi, err)) != MXD_OK) {
         return st;
+    }
     if (lo < 0 || hi > v->memory_size)
         return mxd_fail(err, MXD_INVALID,
                         "the view's bytes [%lld, %lld) lie outside its memory "

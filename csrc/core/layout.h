@@ -79,8 +79,9 @@ bool mxd_byte_extent(int rank, const int64_t *shape, const int64_t *strides,
 /* Checks a view made outside these functions (e.g. imported): rank, element
  * size, shape (as mxd_shape_size), strides times the element size fitting
  * in 64 bits, and its extent inside [0, memory_size).  A view with no
- * elements is inside any memory. */
-mxd_status mxd_layout_check(const mxd_layout *v, mxd_error *err);
+ * elements is inside any memory.  `count` (may be NULL): its elements. */
+mxd_status mxd_layout_check(const mxd_layout *v, int64_t *count,
+                            mxd_error *err);
 
 /* ---- Indexing ----------------------------------------------------------- */
 

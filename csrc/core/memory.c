@@ -178,7 +178,8 @@ int64_t mxd_memory_size(const mxd_memory *m)
 
 /* ---- Copies and fills --------------------------------------------------- */
 
-mxd_status mxd_view_check(const mxd_view *v, const char *which, mxd_error *err)
+mxd_status mxd_view_check(const mxd_view *v, const char *which, int64_t *count,
+                          mxd_error *err)
 {
     if (mxd_stale(v->memory->epoch) || mxd_queue_is_stale(v->queue))
         return mxd_fail_stale(err, "Buffer");
@@ -186,7 +187,7 @@ mxd_status mxd_view_check(const mxd_view *v, const char *which, mxd_error *err)
         return mxd_fail(err, MXD_INVALID,
                         "the %sbuffer is bound to a queue of another device",
                         which);
-    return mxd_layout_check(&v->layout, err);
+    return mxd_layout_check(&v->layout, count, err);
 }
 
 void mxd_byte_strides(const mxd_layout *v, int64_t *out)
@@ -248,12 +249,28 @@ static const mxd_backend *copier(const mxd_view *dst, const mxd_view *src)
                                                    : dst->memory->ops;
 }
 
+/* Device memory, or pinned memory mapped into an accelerator. */
+static bool device_side(const mxd_memory *m)
+{
+    return m->kind == MXD_MEMORY_DEVICE || m->kind == MXD_MEMORY_PINNED ||
+           (m->kind == MXD_MEMORY_FOREIGN && (!m->host || m->pinned));
+}
+
+bool mxd_copy_only_enqueues(const mxd_view *dst, const mxd_view *src)
+{
+    bool device_memory = !dst->memory->host || !src->memory->host;
+    return device_memory && device_side(dst->memory) &&
+           device_side(src->memory) && mxd_layout_is_contiguous(&dst->layout) &&
+           mxd_layout_is_contiguous(&src->layout);
+}
+
 mxd_status mxd_copy(const mxd_view *dst, const mxd_view *src,
                     const mxd_wait *wait, mxd_error *err)
 {
-    mxd_status st = mxd_view_check(dst, "destination ", err);
+    int64_t dst_count, src_count;
+    mxd_status st = mxd_view_check(dst, "destination ", &dst_count, err);
     if (st == MXD_OK)
-        st = mxd_view_check(src, "source ", err);
+        st = mxd_view_check(src, "source ", &src_count, err);
     if (st != MXD_OK)
         return st;
     if (dst->memory->readonly)
@@ -263,11 +280,6 @@ mxd_status mxd_copy(const mxd_view *dst, const mxd_view *src,
                         "cannot copy %lld-byte elements into %lld-byte ones",
                         (long long)src->layout.element_size,
                         (long long)dst->layout.element_size);
-    int64_t dst_count, src_count;
-    mxd_shape_size(dst->layout.rank, dst->layout.shape, 1, &dst_count, NULL,
-                   NULL);
-    mxd_shape_size(src->layout.rank, src->layout.shape, 1, &src_count, NULL,
-                   NULL);
     if (dst_count != src_count)
         return mxd_fail(err, MXD_INVALID,
                         "cannot copy %lld elements into %lld elements",
@@ -275,11 +287,12 @@ mxd_status mxd_copy(const mxd_view *dst, const mxd_view *src,
     if (dst_count == 0)
         return MXD_OK;
     mxd_copy_plan plan;
-    if (same_shape(&dst->layout, &src->layout))
-        st = mxd_copy_plan_layouts(&plan, &dst->layout, &src->layout, err);
-    else if (mxd_layout_is_contiguous(&dst->layout) &&
-             mxd_layout_is_contiguous(&src->layout))
+    bool contiguous = mxd_layout_is_contiguous(&dst->layout) &&
+                      mxd_layout_is_contiguous(&src->layout);
+    if (contiguous) /* one block, whatever the shapes */
         st = flat_plan(&plan, &dst->layout, &src->layout, dst_count, err);
+    else if (same_shape(&dst->layout, &src->layout))
+        st = mxd_copy_plan_layouts(&plan, &dst->layout, &src->layout, err);
     else
         st = mxd_fail(err, MXD_INVALID,
                       "views of different shapes must both be contiguous to "
@@ -296,7 +309,7 @@ mxd_status mxd_copy(const mxd_view *dst, const mxd_view *src,
 mxd_status mxd_fill(const mxd_view *dst, const void *element,
                     const mxd_wait *wait, mxd_error *err)
 {
-    mxd_status st = mxd_view_check(dst, "destination ", err);
+    mxd_status st = mxd_view_check(dst, "destination ", NULL, err);
     if (st != MXD_OK)
         return st;
     if (dst->memory->readonly)

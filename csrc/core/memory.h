@@ -124,6 +124,13 @@ mxd_status mxd_packed_plan(const mxd_layout *v, bool gather,
 mxd_status mxd_copy(const mxd_view *dst, const mxd_view *src,
                     const mxd_wait *wait, mxd_error *err);
 
+/* True when mxd_copy(dst, src) only enqueues work and never waits on the
+ * host: device memory on one side, device or pinned memory on the other,
+ * both views contiguous (one block: never through the host).  The caller
+ * may then keep the GIL unless the enqueue itself may block
+ * (mxd_queue_enqueue_may_block). */
+bool mxd_copy_only_enqueues(const mxd_view *dst, const mxd_view *src);
+
 /* Fills every element of dst with `element` (layout.element_size bytes),
  * in the order of dst's queue. */
 mxd_status mxd_fill(const mxd_view *dst, const void *element,

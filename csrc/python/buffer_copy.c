@@ -14,10 +14,17 @@ int binding_buffer_copy_into(BufferObject *dst, BufferObject *src)
     binding_wait w;
     binding_wait_init(&w, -1);
     mxd_error err;
-    /* Copies may wait for a queue, and move bytes: never with the GIL. */
-    binding_wait_release_gil(&w);
-    mxd_status status = mxd_copy(&d, &s, &w.wait, &err);
-    binding_wait_acquire_gil(&w);
+    mxd_status status;
+    if (mxd_copy_only_enqueues(&d, &s)) {
+        /* Between device-side memory: an enqueue, as a record is. */
+        BINDING_ENQUEUE(d.queue, status = mxd_copy(&d, &s, &w.wait, &err));
+    } else {
+        /* Copies that may wait for a queue, or move bytes on the host:
+         * never with the GIL. */
+        binding_wait_release_gil(&w);
+        status = mxd_copy(&d, &s, &w.wait, &err);
+        binding_wait_acquire_gil(&w);
+    }
     if (status != MXD_OK) {
         binding_raise(&err);
         return -1;

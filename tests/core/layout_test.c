@@ -203,39 +203,40 @@ static void test_extent_and_check(void)
     init_view(&v, 2, SHAPE(2, 3), NULL, 8, 4, 32);
     OK(mxd_layout_extent(&v.l, &lo, &hi, &err));
     CHECK(lo == 8 && hi == 32);
-    OK(mxd_layout_check(&v.l, &err));
+    OK(mxd_layout_check(&v.l, NULL, &err));
     v.l.memory_size = 31;
-    FAILS(mxd_layout_check(&v.l, &err), MXD_INVALID,
+    FAILS(mxd_layout_check(&v.l, NULL, &err), MXD_INVALID,
           "bytes [8, 32) lie outside its memory of 31 bytes");
     init_view(&v, 1, SHAPE(3), SHAPE(-1), 8, 4, 12); /* reversed */
     OK(mxd_layout_extent(&v.l, &lo, &hi, &err));
     CHECK(lo == 0 && hi == 12);
-    OK(mxd_layout_check(&v.l, &err));
+    OK(mxd_layout_check(&v.l, NULL, &err));
     v.l.offset = 4;
-    FAILS(mxd_layout_check(&v.l, &err), MXD_INVALID, "[-4, 8)");
+    FAILS(mxd_layout_check(&v.l, NULL, &err), MXD_INVALID, "[-4, 8)");
     init_view(&v, 2, SHAPE(3, 0), SHAPE(1000, -5), 12345, 4, 0);
     OK(mxd_layout_extent(&v.l, &lo, &hi, &err));
     CHECK(lo == 12345 && hi == 12345); /* touches nothing */
-    OK(mxd_layout_check(&v.l, &err));
+    OK(mxd_layout_check(&v.l, NULL, &err));
     view e;
     scalar(&e);
     e.l.memory_size = 1;
     OK(mxd_layout_extent(&e.l, &lo, &hi, &err));
     CHECK(lo == 0 && hi == 1);
-    OK(mxd_layout_check(&e.l, &err));
+    OK(mxd_layout_check(&e.l, NULL, &err));
     e.l.memory_size = 0;
-    FAILS(mxd_layout_check(&e.l, &err), MXD_INVALID, "outside");
+    FAILS(mxd_layout_check(&e.l, NULL, &err), MXD_INVALID, "outside");
     e.l.memory_size = -1;
-    FAILS(mxd_layout_check(&e.l, &err), MXD_INVALID, "at least 0");
+    FAILS(mxd_layout_check(&e.l, NULL, &err), MXD_INVALID, "at least 0");
     init_view(&v, 1, SHAPE(2), SHAPE(INT64_MAX), 1, 1, INT64_MAX);
     FAILS(mxd_layout_extent(&v.l, &lo, &hi, &err), MXD_INVALID,
           "cannot be addressed with 64 bits");
-    FAILS(mxd_layout_check(&v.l, &err), MXD_INVALID, "64 bits");
+    FAILS(mxd_layout_check(&v.l, NULL, &err), MXD_INVALID, "64 bits");
     init_view(&v, 1, SHAPE(1), SHAPE(INT64_MAX / 2), 0, 4, 4);
-    FAILS(mxd_layout_check(&v.l, &err), MXD_INVALID,
+    FAILS(mxd_layout_check(&v.l, NULL, &err), MXD_INVALID,
           "strides in bytes do not fit");
     init_view(&v, 1, SHAPE(-1), SHAPE(1), 0, 4, 4);
-    FAILS(mxd_layout_check(&v.l, &err), MXD_INVALID, "negative dimensions");
+    FAILS(mxd_layout_check(&v.l, NULL, &err), MXD_INVALID,
+          "negative dimensions");
     CHECK(mxd_byte_extent(2, SHAPE(2, 3), SHAPE(-12, 4), 12, 4, &lo, &hi));
     CHECK(lo == 0 && hi == 24);
     CHECK(!mxd_byte_extent(1, SHAPE(4), SHAPE(INT64_MIN / 2), 0, 1, &lo, &hi));
@@ -258,7 +259,7 @@ static void test_index_basics(void)
                         2, &r.l, &err));
     CHECK(r.l.rank == 2 && same(r.shape, SHAPE(3, 2), 2));
     CHECK(same(r.strides, SHAPE(-4, 2), 2) && r.l.offset == 2 * 16 + 4);
-    OK(mxd_layout_check(&r.l, &err));
+    OK(mxd_layout_check(&r.l, NULL, &err));
     CHECK(!mxd_layout_is_contiguous(&r.l));
     OK(mxd_layout_index(&p.l, (mxd_index[]){at(-1), at(-1)}, 2, &r.l, &err));
     CHECK(r.l.rank == 0 && r.l.offset == 44);
@@ -343,7 +344,7 @@ static void test_index_edges(void)
                         (mxd_index[]){sl(INT64_MAX, -INT64_MAX, -INT64_MAX)}, 1,
                         &r.l, &err));
     CHECK(r.shape[0] == 1 && r.strides[0] == 1 && r.l.offset == 16);
-    OK(mxd_layout_check(&r.l, &err));
+    OK(mxd_layout_check(&r.l, NULL, &err));
     /* A step of -2**63 counts as -(2**63 - 1), as PySlice_Unpack. */
     mxd_index lowest = sl(NONE, NONE, NONE);
     lowest.has_step = true, lowest.step = INT64_MIN;
@@ -361,7 +362,7 @@ static void test_index_edges(void)
     fresh(&z, 2, SHAPE(0, 4), 8);
     OK(mxd_layout_index(&z.l, (mxd_index[]){all, at(2)}, 2, &r.l, &err));
     CHECK(r.l.rank == 1 && r.shape[0] == 0 && r.l.offset == 16);
-    OK(mxd_layout_check(&r.l, &err));
+    OK(mxd_layout_check(&r.l, NULL, &err));
     FAILS(mxd_layout_index(&z.l, (mxd_index[]){at(0), all}, 2, &r.l, &err),
           MXD_OUT_OF_RANGE, "index 0 is out of bounds for axis 0 with size 0");
     /* MXD_MAX_RANK dimensions of size 1. */
@@ -517,7 +518,7 @@ static void test_reinterpret_strided(void)
     init_view(&rows, 2, SHAPE(3, 4), SHAPE(-4, 1), 8, 1, 12);
     OK(mxd_layout_reinterpret(&rows.l, 4, NULL, 0, &r.l, &err));
     CHECK(same(r.shape, SHAPE(3, 1), 2) && same(r.strides, SHAPE(-1, 1), 2));
-    OK(mxd_layout_check(&r.l, &err));
+    OK(mxd_layout_check(&r.l, NULL, &err));
     OK(mxd_layout_reinterpret(&rows.l, 2, NULL, 0, &r.l, &err));
     CHECK(same(r.shape, SHAPE(3, 2), 2) && same(r.strides, SHAPE(-2, 1), 2));
     /* The shape derived without one is accepted; another is not. */
@@ -539,7 +540,7 @@ static void test_reinterpret_strided(void)
     OK(mxd_layout_reinterpret(&one.l, 2, NULL, 0, &r.l, &err));
     CHECK(same(r.shape, SHAPE(1, 2, 1), 3));
     CHECK(same(r.strides, SHAPE(0, 2, 1), 3));
-    OK(mxd_layout_check(&r.l, &err));
+    OK(mxd_layout_check(&r.l, NULL, &err));
     /* A last axis of one element may have any stride. */
     view last;
     init_view(&last, 2, SHAPE(3, 1), SHAPE(2, 7), 0, 4, 24);
@@ -827,7 +828,7 @@ static bool read_view(view *v)
     read_ints(shape, rank);
     read_ints(strides, rank);
     init_view(v, (int)rank, shape, strides, offset, esize, memory_size);
-    OK(mxd_layout_check(&v->l, &err));
+    OK(mxd_layout_check(&v->l, NULL, &err));
     return true;
 }
 
@@ -858,7 +859,7 @@ static void run_index(void)
             print_failure(st);
             continue;
         }
-        OK(mxd_layout_check(&r.l, &err));
+        OK(mxd_layout_check(&r.l, NULL, &err));
         print_view(&r.l);
     }
 }
@@ -882,7 +883,7 @@ static void run_view(void)
             print_failure(st);
             continue;
         }
-        OK(mxd_layout_check(&r.l, &err));
+        OK(mxd_layout_check(&r.l, NULL, &err));
         print_view(&r.l);
     }
 }

@@ -127,6 +127,7 @@ static void fake_init(void)
     cfg->copy_bytes_per_s = fake_env_int("FAKE_GPU_COPY_MIB_PER_S", 0) << 20;
     if (cfg->copy_bytes_per_s < 0)
         cfg->copy_bytes_per_s = 0;
+    cfg->instant = fake_env_int("FAKE_GPU_INSTANT", 0) != 0;
     fake_arm_from_env();
 }
 

@@ -275,7 +275,8 @@ static void *fake_worker(void *arg)
     fake_stream *s = arg;
     pthread_mutex_lock(&fake_lock);
     for (;;) {
-        while (s->head == NULL && !s->destroyed)
+        /* (running: an item the enqueuing thread runs, FAKE_GPU_INSTANT) */
+        while ((s->head == NULL || s->running != NULL) && !s->destroyed)
             pthread_cond_wait(&s->wake, &fake_lock);
         fake_item *it = s->head;
         if (it == NULL)
@@ -558,9 +559,43 @@ void fake_implicit_waits(fake_stream *s)
             fake_wait_behind(s, o);
 }
 
+/* Whether `it` completes without waiting for anything (FAKE_GPU_INSTANT). */
+static bool fake_item_instant(const fake_item *it)
+{
+    switch (it->type) {
+    case FAKE_ITEM_RECORD:
+    case FAKE_ITEM_TRANSFER:
+    case FAKE_ITEM_ALLOC:
+    case FAKE_ITEM_FREE: return true;
+    case FAKE_ITEM_WAIT_MARK: return it->u.mark->done;
+    default: return false;
+    }
+}
+
+/* FAKE_GPU_INSTANT: `it` run in the call on the idle stream `s`, as its
+ * worker would (fake_worker), without waking the worker. */
+static void fake_run_inline(fake_stream *s, fake_item *it)
+{
+    s->submitted++;
+    fake_access_enter(s, it);
+    s->running = it;
+    fake_run(s, it);
+    s->running = NULL;
+    fake_item_free(it);
+    s->completed++;
+    if (s->head != NULL) /* enqueued meanwhile, by another thread */
+        pthread_cond_signal(&s->wake);
+    pthread_cond_broadcast(&fake_changed);
+}
+
 void fake_enqueue(fake_stream *s, fake_item *it)
 {
     fake_implicit_waits(s);
+    if (fake_cfg()->instant && s->head == NULL && s->running == NULL &&
+        fake_item_instant(it)) {
+        fake_run_inline(s, it);
+        return;
+    }
     fake_append(s, it);
     fake_access_enter(s, it);
 }

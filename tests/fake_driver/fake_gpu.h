@@ -157,6 +157,11 @@ typedef struct fake_config {
      * sleeps for its bytes at this rate, without holding a CPU, as a DMA
      * engine moves data while the host computes. */
     long long copy_bytes_per_s;
+    /* Not a rule: an infinitely fast device for measuring the cost of the
+     * calls alone.  An item that cannot block (a record, a copy or fill, an
+     * allocation or free, a wait already satisfied) enqueued on an idle
+     * stream runs in the call, so no stream thread has to wake up. */
+    int instant;
 } fake_config;
 
 const fake_config *fake_cfg(void);
