@@ -579,3 +579,44 @@ def test_entry_points_asked_at_no_newer_version_than_the_driver(fake_lib, versio
     assert out["caps"]["driver_version"] == version
     assert out["caps"]["stream_memory_operations"] is True
     assert out["elapsed"] >= 0.0
+
+
+# --------------------------------------------------------------------------
+# Stream capture: a driver without it
+
+
+NO_CAPTURE_CHECK = r"""
+import json
+from max import driver
+from max.driver import Accelerator, DeviceQueue
+out = {}
+acc = Accelerator()
+q = DeviceQueue(acc)
+try:
+    q.begin_capture()
+    out["error"] = None
+except Exception as e:
+    out["error"] = [type(e).__name__, str(e)]
+out["capturing"] = q.is_capturing
+out["capability"] = acc._capabilities()["graph_capture"]
+ran = []
+getattr(q, "__unsafe_enqueue_py_host_func")(lambda: ran.append(1))
+q.synchronize(timeout=20)  # the failed call changed nothing
+out["ran"] = ran
+print("JSON" + json.dumps(out))
+"""
+BEGIN_CAPTURE = {"cuda": "cuStreamBeginCapture", "hip": "hipStreamBeginCapture"}
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_no_stream_capture_entry_point(fake_builds, api):
+    """begin_capture() raises RuntimeError naming the missing entry point,
+    and python -m max.driver's capability says so."""
+    lib = fake_builds("no-capture", omit=list(BEGIN_CAPTURE.values()))
+    r = run_code(NO_CAPTURE_CHECK, fake_env(api, lib))
+    assert r.returncode == 0, _output(r)
+    out = _json(r)
+    assert out["error"] is not None and out["error"][0] == "RuntimeError", out
+    assert BEGIN_CAPTURE[api] in out["error"][1], out
+    assert out["capturing"] is False and out["ran"] == [1], out
+    assert out["capability"] == f"unavailable: the driver lacks {BEGIN_CAPTURE[api]}"

@@ -435,7 +435,7 @@ mxd_status mxd_capture_refuse_event(const mxd_event *ev, const char *what,
 {
     (void)ev;
     return mxd_fail(err, MXD_UNAVAILABLE,
-                    "%s of an event recorded during an active capture is not "
+                    "%s an event recorded during an active capture is not "
                     "allowed: it marks a point of the graph, which runs only "
                     "when the graph is launched; the capture is still intact",
                     what);

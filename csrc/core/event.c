@@ -46,7 +46,7 @@ mxd_status mxd_event_query(mxd_event *ev, bool *ready, mxd_error *err)
     if (mxd_stale(ev->epoch))
         return mxd_fail_stale(err, "DeviceEvent");
     bool captured;
-    mxd_status st = check_captured(ev, "is_ready()", &captured, err);
+    mxd_status st = check_captured(ev, "querying", &captured, err);
     *ready = true;
     if (st != MXD_OK || captured)
         return st;
@@ -59,7 +59,7 @@ mxd_status mxd_event_synchronize(mxd_event *ev, const mxd_wait *wait,
     if (mxd_stale(ev->epoch))
         return mxd_fail_stale(err, "DeviceEvent");
     bool captured;
-    mxd_status st = check_captured(ev, "synchronize()", &captured, err);
+    mxd_status st = check_captured(ev, "waiting for", &captured, err);
     if (st != MXD_OK || captured)
         return st;
     return ev->ops->event_synchronize(ev, wait, err);
@@ -82,9 +82,9 @@ mxd_status mxd_event_elapsed(mxd_event *start, mxd_event *end, double *ms,
                         "event",
                         start->ops->api, end->ops->api);
     bool captured[2];
-    mxd_status st = check_captured(start, "elapsed_time()", &captured[0], err);
+    mxd_status st = check_captured(start, "timing", &captured[0], err);
     if (st == MXD_OK)
-        st = check_captured(end, "elapsed_time()", &captured[1], err);
+        st = check_captured(end, "timing", &captured[1], err);
     if (st == MXD_OK && (captured[0] || captured[1]))
         st = mxd_fail(err, MXD_UNAVAILABLE,
                       "elapsed_time(): the %s event has not been recorded "

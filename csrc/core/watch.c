@@ -276,7 +276,7 @@ mxd_status mxd_watch_event(mxd_event *ev, mxd_watch_fn fn, void *ctx,
         return mxd_fail_stale(err, "DeviceEvent");
     bool active;
     if (mxd_event_in_capture(ev, &active))
-        return active ? mxd_capture_refuse_event(ev, "await", err)
+        return active ? mxd_capture_refuse_event(ev, "awaiting", err)
                       : MXD_OK; /* never recorded, as far as one can see */
     mxd_watch *w = new_watch(fn, ctx, err);
     if (!w)

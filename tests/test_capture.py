@@ -1,0 +1,28 @@
+"""Graph capture and replay on the CPU backend (SPEC §16): the checks of
+capture_support.py, which the accelerator suite runs on CUDA and HIP too."""
+
+from __future__ import annotations
+
+import capture_support as checks
+import pytest
+from capture_support import REFUSALS, Kit
+
+from max.driver import CPU
+
+CHECKS = sorted(name for name in dir(checks) if name.startswith("check_"))
+CHECKS.remove("check_refusal")
+
+
+@pytest.fixture
+def kit():
+    return Kit(CPU())
+
+
+@pytest.mark.parametrize("name", CHECKS)
+def test_capture(kit, name):
+    getattr(checks, name)(kit)
+
+
+@pytest.mark.parametrize("what", sorted(REFUSALS))
+def test_refused_while_capturing(kit, what):
+    checks.check_refusal(kit, *REFUSALS[what])
