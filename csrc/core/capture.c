@@ -744,34 +744,35 @@ static int by_address(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The uses are sorted by address (at the first launch), so their records
- * are locked in address order, as two-storage operations do. */
-static void lock_uses(mxd_graph *g)
-{
-    for (int i = 0; i < g->use_count; i++)
-        pthread_mutex_lock(&g->uses[i].memory->record.mu);
-}
-
-static void unlock_uses(mxd_graph *g)
-{
-    for (int i = 0; i < g->use_count; i++)
-        pthread_mutex_unlock(&g->uses[i].memory->record.mu);
-}
-
 static mxd_view use_view(const mxd_graph_use *u)
 {
     return (mxd_view){.memory = u->memory, .queue = u->queue};
 }
 
-/* The waits a launch on q needs: the records of what it touches, the
- * waits for work outside the capture, the previous launch. */
+/* Locks the records of what g touches and enqueues on q the waits they
+ * need, in one pass: the uses are sorted by address (at the first launch),
+ * so the records are locked in address order, as two-storage operations
+ * do.  On failure, nothing stays locked. */
+static mxd_status lock_and_order(mxd_graph *g, mxd_queue *q, mxd_error *err)
+{
+    mxd_status st = MXD_OK;
+    int i;
+    for (i = 0; st == MXD_OK && i < g->use_count; i++) {
+        mxd_view v = use_view(&g->uses[i]);
+        pthread_mutex_lock(&v.memory->record.mu);
+        st = mxd_hazard_order_quick(q, &v, g->uses[i].write, err);
+    }
+    if (st != MXD_OK)
+        while (i-- > 0)
+            pthread_mutex_unlock(&g->uses[i].memory->record.mu);
+    return st;
+}
+
+/* The other waits a launch on q needs: for work outside the capture, and
+ * for the previous launch. */
 static mxd_status launch_waits(mxd_graph *g, mxd_queue *q, mxd_error *err)
 {
     mxd_status st = MXD_OK;
-    for (int i = 0; st == MXD_OK && i < g->use_count; i++) {
-        mxd_view v = use_view(&g->uses[i]);
-        st = mxd_hazard_order(q, &v, g->uses[i].write, err);
-    }
     for (int i = 0; st == MXD_OK && i < g->node_count; i++) {
         const mxd_node *n = &g->nodes[i];
         if (n->kind == MXD_NODE_WAIT_OUTSIDE)
@@ -783,16 +784,25 @@ static mxd_status launch_waits(mxd_graph *g, mxd_queue *q, mxd_error *err)
     return st;
 }
 
-/* After a launch with completion c: it read and wrote what it touches. */
+/* After a launch with completion c (NULL: it failed): it read and wrote
+ * what it touches; the records are unlocked.  Their entries are mostly
+ * the previous launch's completion, which g holds until the references
+ * settle. */
 static void launch_notes(mxd_graph *g, mxd_completion *c)
 {
+    mxd_ref_batch batch = {c, g->last, 0, 0};
     for (int i = 0; i < g->use_count; i++) {
         mxd_memory *m = g->uses[i].memory;
-        if (g->uses[i].write)
-            mxd_hazard_note(NULL, m, c);
-        else
-            mxd_hazard_note(m, NULL, c);
+        if (c)
+            mxd_hazard_note_launch(m, g->uses[i].write, &batch);
+        if (i == g->use_count - 1 && c)
+            mxd_hazard_batch_settle(&batch); /* before the last unlock */
+        pthread_mutex_unlock(&m->record.mu);
     }
+    if (!c)
+        return;
+    if (g->use_count == 0)
+        mxd_hazard_batch_settle(&batch);
     mxd_completion_retain(c);
     mxd_completion_release(g->last);
     g->last = c;
@@ -837,13 +847,13 @@ mxd_status mxd_graph_launch(mxd_graph *g, mxd_queue *q, mxd_error *err)
     pthread_mutex_lock(&g->mu);
     if (!g->last) /* the first launch: nobody else reads the uses yet */
         qsort(g->uses, (size_t)g->use_count, sizeof *g->uses, by_address);
-    lock_uses(g);
-    st = launch_waits(g, q, err);
-    if (st == MXD_OK)
-        st = q->ops->graph_launch(g, q, c, err);
-    if (st == MXD_OK)
-        launch_notes(g, c);
-    unlock_uses(g);
+    st = lock_and_order(g, q, err);
+    if (st == MXD_OK) {
+        st = launch_waits(g, q, err);
+        if (st == MXD_OK)
+            st = q->ops->graph_launch(g, q, c, err);
+        launch_notes(g, st == MXD_OK ? c : NULL);
+    }
     pthread_mutex_unlock(&g->mu);
     if (st == MXD_OK && mxd_trace_active())
         trace_launch(g, q);

@@ -548,16 +548,20 @@ static bool fake_is_blocking(const fake_stream *s)
     return (s->flags & FAKE_STREAM_NON_BLOCKING) == 0 && !fake_is_legacy(s);
 }
 
+/* The worker waits only while the stream is empty: waking it once, on the
+ * first item, spares a graph launch a wake-up per node. */
 static void fake_append(fake_stream *s, fake_item *it)
 {
     it->next = NULL;
+    bool was_empty = s->head == NULL;
     if (s->tail != NULL)
         s->tail->next = it;
     else
         s->head = it;
     s->tail = it;
     s->submitted++;
-    pthread_cond_signal(&s->wake);
+    if (was_empty)
+        pthread_cond_signal(&s->wake);
 }
 
 /* Waits on `s` until `other` has completed what was submitted to it so
