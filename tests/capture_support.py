@@ -413,6 +413,18 @@ def check_launch_is_one_hazard_operation(kit: Kit) -> None:
     time.sleep(NOT_YET)
     gate.signal(1)
     assert read(dst) == [9, 9]  # the launch came after the write
+    # The same for a graph of copies only (which a CPU queue runs at once
+    # when it is idle and nothing is pending).
+    with driver.capture(q) as copies:
+        dst.inplace_copy_from(src)
+    later = kit.filled(other, [3, 4])
+    gate.reset()
+    other.wait_for_host_value(gate, 1)
+    src.to(other).inplace_copy_from(later)  # gated again
+    copies.launch()
+    time.sleep(NOT_YET)
+    gate.signal(1)
+    assert read(dst) == [3, 4]
 
 
 def check_launch_trace(kit: Kit) -> None:
