@@ -51,6 +51,12 @@ static void queue_dealloc(PyObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     mxd_queue *queue = queue_of(self);
+    /* Nobody can end a capture this queue began once the queue is gone:
+     * it ends here, thrown away (from the capturing thread only; another
+     * thread's capture is not this thread's to end). */
+    mxd_error ignored;
+    if (mxd_queue_is_capturing(queue))
+        (void)mxd_queue_discard_capture(queue, &ignored);
     /* The last release may wait for the queue's worker or driver stream to
      * wind down, and that worker may be waiting for the GIL to finish a
      * host function: release the queue without holding the GIL. */
