@@ -470,3 +470,18 @@ def check_host_task_gates_copy_over_100_launches(kit: Kit) -> None:
         flag.reset()  # re-armed (each launch's kickoff resets it too)
         graph.launch()
         assert read(dst) == [i] * 4
+
+
+def check_dropped_queue_ends_its_capture(kit: Kit) -> None:
+    """Nobody could end a capture once the queue that began it is gone: it
+    ends there, thrown away, and the queues that joined it are free."""
+    q, joined = kit.queue(), kit.queue()
+    ran = []
+    q.begin_capture()
+    joined.wait_for(q)
+    enqueue(joined, lambda: ran.append(1))
+    del q
+    gc.collect()
+    assert not joined.is_capturing
+    kit.device.synchronize(timeout=WAIT)  # refused while anything captures
+    assert ran == []
