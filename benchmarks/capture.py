@@ -140,12 +140,21 @@ def benchmark(scale_down: int) -> list[Result]:
     return rows + results(data, FAKE_SECTION)
 
 
+GPU_SECTION = "graph capture: GPU"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The child (on the fake driver): prints the samples as one JSON line."""
+    """On accelerator 0 (the fake driver's child, or a real GPU with
+    ``--table``, as scripts/gpu-check.sh runs it): the samples as one JSON
+    line, or the table."""
+    from benchmarks.run import table
+
     parser = argparse.ArgumentParser(prog="python -m benchmarks.capture")
     parser.add_argument("reps", type=int)
+    parser.add_argument("--table", action="store_true", help="print the table")
     args = parser.parse_args(argv)
-    print(json.dumps(measure("accelerator", args.reps)))
+    samples = measure("accelerator", args.reps)
+    print(table(results(samples, GPU_SECTION)) if args.table else json.dumps(samples))
     return 0
 
 

@@ -707,6 +707,14 @@ mxd_status mxd_queue_end_capture(mxd_queue *q, mxd_graph **out, mxd_error *err)
     if (st != MXD_OK)
         return st;
     mxd_capture *c = mxd_capture_of(q);
+    if (c->broken) {
+        mxd_error ignored;
+        end(c, false, &st, &ignored);
+        return mxd_fail(err, MXD_UNAVAILABLE,
+                        "end_capture(): an operation failed halfway during the "
+                        "capture (it raised then), leaving part of it in the "
+                        "driver's graph; the capture is discarded");
+    }
     int k = unjoined_lane(c);
     if (k >= 0) {
         char name[64];

@@ -108,6 +108,9 @@ struct mxd_capture {
     int lane_count, lane_cap;
     mxd_graph *graph; /* what it builds; NULL once handed out */
     void *backend;
+    /* A backend hook failed halfway through an operation, leaving part of
+     * it in the driver's capture: the capture can only be discarded. */
+    bool broken;
 };
 
 /* Where an event was last recorded inside a capture (mxd_event.point). */

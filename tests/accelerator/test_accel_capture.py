@@ -76,3 +76,24 @@ def test_capture_on_a_busy_queue(kit, aq):
     graph.launch()
     aq.synchronize(timeout=checks.WAIT)
     assert ran == [1]
+
+
+def test_operation_failing_halfway_discards_the_capture(kit, aq, api, fake):
+    """A host function's node is in the driver's graph when its gate's wait
+    fails (an injected fault): the capture cannot be launched, so
+    end_capture() discards it instead of handing out a broken graph."""
+    wait_value = {"cuda": "cuStreamWaitValue64", "hip": "hipStreamWaitValue64"}
+    aq.begin_capture()
+    assert fake.fail(wait_value[api], 1, 1) == 0
+    with pytest.raises((ValueError, RuntimeError)):
+        checks.enqueue(aq, lambda: None)
+    with pytest.raises(RuntimeError, match="failed halfway") as info:
+        aq.end_capture()
+    assert "discarded" in str(info.value)
+    assert not aq.is_capturing
+    ran = []
+    with driver.capture(aq) as graph:  # the queue captures again
+        checks.enqueue(aq, lambda: ran.append(1))
+    graph.launch()
+    aq.synchronize(timeout=checks.WAIT)
+    assert ran == [1]
