@@ -485,3 +485,11 @@ def check_dropped_queue_ends_its_capture(kit: Kit) -> None:
     assert not joined.is_capturing
     kit.device.synchronize(timeout=WAIT)  # refused while anything captures
     assert ran == []
+
+
+# Every check above that takes only a Kit, for the suites to parametrize.
+CHECKS = sorted(
+    name
+    for name in list(globals())
+    if name.startswith("check_") and name != "check_refusal"
+)

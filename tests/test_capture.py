@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import capture_support as checks
 import pytest
-from capture_support import REFUSALS, Kit
+from capture_support import CHECKS, REFUSALS, Kit
 
 from max.driver import CPU
-
-CHECKS = sorted(name for name in dir(checks) if name.startswith("check_"))
-CHECKS.remove("check_refusal")
 
 
 @pytest.fixture

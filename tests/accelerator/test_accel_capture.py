@@ -8,13 +8,11 @@ from __future__ import annotations
 import capture_support as checks
 import numpy as np
 import pytest
-from capture_support import ACCELERATOR_REFUSALS, INTACT, REFUSALS, Kit
+from capture_support import ACCELERATOR_REFUSALS, CHECKS, INTACT, REFUSALS, Kit
 
 from max import driver
 from max.driver import Buffer, DeviceQueue
 
-CHECKS = sorted(name for name in dir(checks) if name.startswith("check_"))
-CHECKS.remove("check_refusal")
 ALL_REFUSALS = {**REFUSALS, **ACCELERATOR_REFUSALS}
 
 
