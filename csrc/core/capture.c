@@ -236,6 +236,7 @@ mxd_status mxd_queue_begin_capture(mxd_queue *q, mxd_error *err)
         atomic_init(&c->refs, 1); /* the capture's own, until it ends */
         atomic_init(&c->active, true);
         c->thread = pthread_self();
+        c->origin = q;
         c->graph = g;
         st = q->ops->capture_begin ? q->ops->capture_begin(c, &c->lanes[0], err)
                                    : MXD_OK;
@@ -422,11 +423,47 @@ mxd_status mxd_capture_copy(const mxd_view *dst, const mxd_view *src,
 
 /* ---- Events and waits --------------------------------------------------- */
 
+/* Events are used from any thread: a point is read under this lock (and
+ * kept by a reference), swapped under it, and freed by its last holder.
+ * Events that were never recorded in a capture never take it. */
+static pthread_mutex_t points_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void point_put(mxd_capture_point *p)
+{
+    if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
+        return;
+    capture_release(p->capture);
+    free(p);
+}
+
+/* ev's point (a reference), or NULL: one load in the common case. */
+static mxd_capture_point *point_get(const mxd_event *ev)
+{
+    _Atomic(mxd_capture_point *) *at = &((mxd_event *)ev)->point;
+    if (!atomic_load_explicit(at, memory_order_acquire))
+        return NULL;
+    pthread_mutex_lock(&points_mu);
+    mxd_capture_point *p = atomic_load(at);
+    if (p)
+        atomic_fetch_add(&p->refs, 1);
+    pthread_mutex_unlock(&points_mu);
+    return p;
+}
+
+/* ev's point becomes p (NULL: none); the old one is dropped. */
+static void point_set(mxd_event *ev, mxd_capture_point *p)
+{
+    pthread_mutex_lock(&points_mu);
+    mxd_capture_point *old = atomic_exchange(&ev->point, p);
+    pthread_mutex_unlock(&points_mu);
+    point_put(old);
+}
+
 bool mxd_event_in_capture(const mxd_event *ev, bool *active)
 {
-    mxd_capture_point *p =
-        atomic_load_explicit(&((mxd_event *)ev)->point, memory_order_acquire);
+    mxd_capture_point *p = point_get(ev);
     *active = p && atomic_load(&p->capture->active);
+    point_put(p);
     return p != NULL;
 }
 
@@ -441,18 +478,10 @@ mxd_status mxd_capture_refuse_event(const mxd_event *ev, const char *what,
                     what);
 }
 
-static void point_free(mxd_capture_point *p)
-{
-    if (!p)
-        return;
-    capture_release(p->capture);
-    free(p);
-}
-
-/* Only the thread that records the event or destroys it changes it. */
 void mxd_event_leave_capture(mxd_event *ev)
 {
-    point_free(atomic_exchange(&ev->point, NULL));
+    if (atomic_load_explicit(&ev->point, memory_order_relaxed))
+        point_set(ev, NULL);
 }
 
 mxd_status mxd_capture_record(mxd_queue *q, mxd_event *ev, mxd_error *err)
@@ -477,12 +506,13 @@ mxd_status mxd_capture_record(mxd_queue *q, mxd_event *ev, mxd_error *err)
         free(p);
         return st;
     }
+    atomic_init(&p->refs, 1);
     p->capture = c;
     atomic_fetch_add(&c->refs, 1);
     p->node = lane->last;
     p->count = c->lane_count;
     memcpy(p->clock, lane->clock, (size_t)p->count * sizeof p->clock[0]);
-    point_free(atomic_exchange(&ev->point, p));
+    point_set(ev, p);
     return MXD_OK;
 }
 
@@ -589,23 +619,13 @@ mxd_status mxd_capture_wait_queue(mxd_queue *q, mxd_queue *other,
                      err);
 }
 
-mxd_status mxd_capture_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err)
+/* A wait of q for ev, whose point p (held) is in an active capture. */
+static mxd_status wait_point(mxd_queue *q, mxd_event *ev, mxd_capture_point *p,
+                             mxd_error *err)
 {
-    bool active = false;
-    mxd_event_in_capture(ev, &active);
-    mxd_capture *c = mxd_capture_of(q);
-    mxd_status st = mxd_capture_check_thread(q, "wait_for()", err);
-    if (st != MXD_OK)
-        return st;
-    if (!active) { /* recorded outside any capture, or in one that ended */
-        bool captured = atomic_load(&ev->point) != NULL;
-        return captured || !c ? MXD_OK /* counts as never recorded */
-                              : outside_node(c, q, NULL, ev, err);
-    }
-    mxd_capture_point *p = atomic_load(&ev->point);
-    mxd_capture *ec = p->capture;
+    mxd_capture *c = mxd_capture_of(q), *ec = p->capture;
     if (!pthread_equal(ec->thread, pthread_self()))
-        return mxd_capture_refuse(ec->lanes[0].queue,
+        return mxd_capture_refuse(ec->origin,
                                   "wait_for() an event recorded in the "
                                   "capture",
                                   "only the thread that began the capture may "
@@ -616,6 +636,21 @@ mxd_status mxd_capture_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err)
     if (!c)
         return fork_into(ec, q, ev, -1, p->clock, p->count, err);
     return join_node(c, q, ev, NULL, p->node, p->clock, p->count, err);
+}
+
+mxd_status mxd_capture_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err)
+{
+    mxd_status st = mxd_capture_check_thread(q, "wait_for()", err);
+    if (st != MXD_OK)
+        return st;
+    mxd_capture_point *p = point_get(ev);
+    if (p && atomic_load(&p->capture->active))
+        st = wait_point(q, ev, p, err);
+    else if (!p && mxd_capture_of(q)) /* recorded outside any capture */
+        st = outside_node(mxd_capture_of(q), q, NULL, ev, err);
+    /* else: recorded in a capture that ended: as if never recorded */
+    point_put(p);
+    return st;
 }
 
 /* ---- Keeping objects ---------------------------------------------------- */

@@ -101,8 +101,9 @@ typedef struct mxd_lane {
 } mxd_lane;
 
 struct mxd_capture {
-    atomic_long refs; /* the queues in it and the events recorded in it */
-    pthread_t thread; /* that began it: the only one that may use it */
+    atomic_long refs;  /* the queues in it and the events recorded in it */
+    pthread_t thread;  /* that began it: the only one that may use it */
+    mxd_queue *origin; /* that began it (lane 0's; for other threads) */
     atomic_bool active;
     mxd_lane *lanes;
     int lane_count, lane_cap;
@@ -115,6 +116,7 @@ struct mxd_capture {
 
 /* Where an event was last recorded inside a capture (mxd_event.point). */
 typedef struct mxd_capture_point {
+    atomic_int refs;      /* the event's, and readers' (capture.c) */
     mxd_capture *capture; /* retained */
     int node;             /* the RECORD node */
     int count;
