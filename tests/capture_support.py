@@ -213,6 +213,15 @@ def _host_write(kit, q, ctx):
     ctx["dst"][0] = 1.0
 
 
+def _await_queue(kit, q, ctx):
+    import asyncio
+
+    async def main():
+        await q
+
+    asyncio.run(main())
+
+
 def _event_ready(kit, q, ctx):
     ctx["event"].is_ready()
 
@@ -245,6 +254,7 @@ REFUSALS = {
     "copy into a new buffer": (_copy_new, "allocating a buffer"),
     "queue synchronize": (_sync_queue, "synchronize()"),
     "device synchronize": (_sync_device, "synchronize() of its device"),
+    "await queue": (_await_queue, "await is not allowed"),
     "host read": (_host_read, "host access"),
     "item": (_host_item, "host access"),
     "element write": (_host_write, "host access"),
