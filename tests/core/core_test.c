@@ -217,7 +217,8 @@ static void *hammer(void *arg)
         return NULL;
     for (int i = 0; i < 2000; i++) {
         mxd_queue *q = shared[i % 4], *other = shared[(i + 1) % 4];
-        mxd_queue_host_fn(q, (mxd_host_fn){nothing, nothing, NULL, NULL}, &local);
+        mxd_queue_host_fn(q, (mxd_host_fn){nothing, nothing, NULL, NULL},
+                          &local);
         mxd_queue_record(q, ev, &local);
         mxd_queue_wait_event(other, ev, &local);
         mxd_queue_wait_queue(q, other, &local);
