@@ -888,7 +888,7 @@ mxd_status mxd_graph_launch(mxd_graph *g, mxd_queue *q, mxd_error *err)
     if (!c)
         return out_of_memory(err);
     pthread_mutex_lock(&g->mu);
-    if (!g->last) /* the first launch: nobody else reads the uses yet */
+    if (!g->last && g->use_count > 1) /* the first launch: nobody else reads */
         qsort(g->uses, (size_t)g->use_count, sizeof *g->uses, by_address);
     st = lock_and_order(g, q, err);
     if (st == MXD_OK) {
