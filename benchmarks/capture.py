@@ -64,27 +64,27 @@ def measure(device_kind: str, reps: int) -> dict[str, dict[str, list[float]]]:
     device = driver.CPU() if device_kind == "cpu" else driver.Accelerator(0)
     queue = driver.DeviceQueue(device)
     work = _workloads(queue)
-    graphs = {}
+    samples: dict[str, dict[str, list[float]]] = {}
     end_samples = []
-    for _ in range(reps):
-        for name, enqueue_all in work.items():
+    # One workload after the other (the host functions' threads would still
+    # be winding down during the copies' samples), the two ways of issuing
+    # one workload interleaved.
+    for name, enqueue_all in work.items():
+        for _ in range(reps):
             queue.begin_capture()
             enqueue_all()
             start = time.perf_counter()
-            graphs[name] = queue.end_capture()
+            graph = queue.end_capture()
             end_samples.append(time.perf_counter() - start)
-            assert graphs[name].num_nodes == OPS
-    samples: dict[str, dict[str, list[float]]] = {
-        name: {"eager": [], "launch": []} for name in work
-    }
-    for _ in range(reps):
-        for name, enqueue_all in work.items():
-            launch = graphs[name].launch
-            for way, issue in (("eager", enqueue_all), ("launch", launch)):
+            assert graph.num_nodes == OPS
+        samples[name] = {"eager": [], "launch": []}
+        for _ in range(reps):
+            for way, issue in (("eager", enqueue_all), ("launch", graph.launch)):
                 start = time.perf_counter()
                 issue()
                 samples[name][way].append((time.perf_counter() - start) / OPS)
                 queue.synchronize()
+        del graph
     samples["end_capture"] = {"seconds": end_samples}
     return samples
 

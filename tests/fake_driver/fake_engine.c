@@ -560,7 +560,7 @@ static void fake_append(fake_stream *s, fake_item *it)
         s->head = it;
     s->tail = it;
     s->submitted++;
-    if (was_empty)
+    if (was_empty && !s->quiet)
         pthread_cond_signal(&s->wake);
 }
 

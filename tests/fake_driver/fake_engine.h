@@ -151,6 +151,9 @@ typedef struct fake_stream {
      * (held), NULL when none, and what its next node depends on. */
     struct fake_capture *capture;
     fake_deps deps;
+    /* A graph launch appends its nodes without waking the worker, which
+     * it wakes once at the end (fake_graph.c). */
+    bool quiet;
 } fake_stream;
 
 /* What an event's last record inside a capture left (fake_graph.c). */

@@ -632,8 +632,13 @@ unsigned fake_graph_launch(void *exec, void *stream)
     if (g->last != NULL)
         fake_mark_unref(g->last);
     g->last = end;
+    bool was_empty = s->head == NULL;
+    s->quiet = true; /* the worker is woken once, below */
     for (int i = 0; i < count; i++)
         fake_enqueue(s, items[i]);
+    s->quiet = false;
+    if (was_empty)
+        pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&fake_lock);
     free(items);
     return FAKE_E_OK;
