@@ -491,10 +491,17 @@ def optional_sections(scale_down: int) -> list[Result]:
     too), and the GIL's cost and buffer pipelines on the fake GPU driver:
     each runs when what it needs is there, else says why not."""
     # Imported here: these modules import this one.
-    from benchmarks import buffers, fake_gpu, fake_pipelines, fake_staging, protocols
+    from benchmarks import (
+        buffers,
+        capture,
+        fake_gpu,
+        fake_pipelines,
+        fake_staging,
+        protocols,
+    )
 
     results = []
-    reason = buffers.numpy_skip_reason()
+    no_numpy = reason = buffers.numpy_skip_reason()
     if reason:
         print(f"[{buffers.SECTION}] skipped: {reason}")
         print(f"[{protocols.PICKLE_SECTION}] skipped: {reason}")
@@ -508,6 +515,8 @@ def optional_sections(scale_down: int) -> list[Result]:
         results += fake_gpu.benchmark(reps=7, number=50_000 // scale_down)
         results += fake_pipelines.benchmark(reps=5 if scale_down == 1 else 2)
         results += fake_staging.benchmark(reps=5 if scale_down == 1 else 2)
+    if no_numpy is None:  # the capture section's buffers come from NumPy
+        results += capture.benchmark(scale_down)
     return results
 
 

@@ -6,9 +6,11 @@
 #      registry; setuptools builds it straight into max/_core/);
 #   3. show the GPU (nvidia-smi -L) and what max.driver chose and probed
 #      (python3 -m max.driver);
-#   4. the backend-generic SPEC suite for accelerators (tests/accelerator)
-#      against the real driver (MAX_DRIVER_BACKEND=cuda, no fake), in a
-#      process of its own, with a per-test time limit;
+#   4. graph capture first (tests/accelerator/test_accel_capture.py and its
+#      benchmark rows, python3 -m benchmarks.capture), then the rest of the
+#      backend-generic SPEC suite for accelerators (tests/accelerator)
+#      against the real driver (MAX_DRIVER_BACKEND=cuda, no fake), each in
+#      a process of its own, with a per-test time limit;
 #   5. the real-GPU tests (tests/gpu) but for the interop ones;
 #   6. the GPU benchmarks (python3 -m benchmarks.gpu);
 #   7. the interop tests last: PyTorch and CuPy leave a CUDA context
@@ -87,16 +89,22 @@ PYTEST=("$PYTHON" -m pytest -q -p no:cacheprovider -rfEs)
 # Time limits, in seconds: 300 in all.
 step "preflight" 10 preflight
 if [ "${#FAILED[@]}" -eq 0 ]; then
-    step "build" 60 "$PYTHON" setup.py build_ext --inplace --parallel 8
+    step "build" 50 "$PYTHON" setup.py build_ext --inplace --parallel 8
     step "nvidia-smi" 5 nvidia-smi -L
     step "max.driver" 15 env MAX_DRIVER_BACKEND=cuda "$PYTHON" -m max.driver
-    step "accelerator suite (real driver)" 75 env MAX_DRIVER_BACKEND=cuda \
+    step "capture tests" 10 env MAX_DRIVER_BACKEND=cuda \
+        "${PYTEST[@]}" tests/accelerator/test_accel_capture.py --timeout=8 \
+        --junitxml="$LOG_DIR/pytest-capture.xml"
+    step "capture benchmarks" 10 env MAX_DRIVER_BACKEND=cuda \
+        "$PYTHON" -m benchmarks.capture 41 --table
+    step "accelerator suite (real driver)" 68 env MAX_DRIVER_BACKEND=cuda \
         "${PYTEST[@]}" tests/accelerator --timeout=30 \
+        --ignore=tests/accelerator/test_accel_capture.py \
         --junitxml="$LOG_DIR/pytest-accelerator.xml"
     step "gpu tests" 45 "${PYTEST[@]}" tests/gpu --timeout=30 \
         --ignore=tests/gpu/test_gpu_interop.py --durations=10 \
         --junitxml="$LOG_DIR/pytest-gpu.xml"
-    step "benchmarks" 45 "$PYTHON" -m benchmarks.gpu
+    step "benchmarks" 42 "$PYTHON" -m benchmarks.gpu
     step "interop tests (last)" 25 "${PYTEST[@]}" tests/gpu/test_gpu_interop.py \
         --timeout=20 --junitxml="$LOG_DIR/pytest-interop.xml"
     step "probe" 20 env MAX_DRIVER_BACKEND=cuda "$PYTHON" scripts/gpu_probe.py \

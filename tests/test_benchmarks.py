@@ -19,7 +19,13 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # for `benchmarks`, a top-level directory
     sys.path.insert(0, str(REPO))
 
-from benchmarks import buffers, fake_gpu, fake_pipelines, protocols  # noqa: E402
+from benchmarks import (  # noqa: E402
+    buffers,
+    capture,
+    fake_gpu,
+    fake_pipelines,
+    protocols,
+)
 from benchmarks.run import (  # noqa: E402
     Result,
     optional_sections,
@@ -155,6 +161,23 @@ def test_optional_sections_say_why_they_did_not_run(monkeypatch, capsys):
     assert f"[{fake_gpu.SECTION}] skipped: no compiler here" in out
 
 
+@needs_numpy
+def test_capture_figures_have_the_issue_targets():
+    """Issue 25: launching a graph of 100 copies at least 5x cheaper per
+    operation than enqueueing them one by one; the rest is info."""
+    rows = capture.results(capture.measure("cpu", reps=1), capture.CPU_SECTION)
+    targets = {r.name: (r.target, r.higher_is_better) for r in rows}
+    assert targets == {
+        "100 64-byte copies: one by one / one graph launch, per operation": (5, True),
+        "100 host functions: one by one / one graph launch, per operation": (
+            None,
+            True,
+        ),
+        "end_capture() of 100 nodes, µs": (None, False),
+    }
+    assert all(r.ratio > 0 and math.isfinite(r.ratio) for r in rows)
+
+
 def test_async_wake_latency_targets_half_of_run_in_executor():
     r = protocols.wake_latency(samples=3)
     assert r.target == 0.5 and not r.higher_is_better
@@ -226,7 +249,9 @@ def test_benchmarks_command_writes_every_section(tmp_path):
     sections = {r["section"] for r in report["results"]}
     assert buffers.SECTION in sections
     assert "CPU device: queues, events, flags, host functions" in sections
+    assert capture.CPU_SECTION in sections
     if fake_gpu.skip_reason() is None:
         assert fake_gpu.SECTION in sections
+        assert capture.FAKE_SECTION in sections
     text = (tmp_path / "latest.txt").read_text()
     assert f"[{buffers.SECTION}]" in text

@@ -256,6 +256,7 @@ API_PAGE = DOCS / "api.md"
 NATIVE_CLASSES = (
     "Device",
     "DeviceQueue",
+    "DeviceGraph",
     "DeviceEvent",
     "CompletionFlag",
     "Buffer",

@@ -356,6 +356,30 @@ getattr(q, "__unsafe_enqueue_py_host_func")(fn)
 q.synchronize(timeout=20)
 out["inside"] = inside
 out["caps"] = acc._capabilities()
+# A capture has no gate either: host functions and waits are refused, and
+# the capture goes on (async host functions need no gate).
+captured = {}
+q.begin_capture()
+for name, call in [
+    ("host fn", lambda: getattr(q, "__unsafe_enqueue_py_host_func")(len)),
+    ("wait", lambda: q.wait_for_host_value(f, 1)),
+    ("async", lambda: getattr(q, "__unsafe_enqueue_async_py_host_func")(
+        lambda: ran.append(3), g, 6, CPU())),
+]:
+    try:
+        call()
+        captured[name] = None
+    except Exception as e:
+        captured[name] = [type(e).__name__, str(e)]
+graph = q.end_capture()
+graph.launch()
+q.synchronize(timeout=20)
+t0 = time.monotonic()
+while g.load() != 6 and time.monotonic() - t0 < 20:
+    time.sleep(0.01)
+out["captured"] = captured
+out["graph_nodes"] = graph.num_nodes
+out["async_in_graph"] = g.load()
 print("JSON" + json.dumps(out))
 """
 
@@ -380,6 +404,12 @@ def test_no_stream_wait_value(fake_builds, api):
     for entry in out["inside"][:-1]:
         assert entry[1] == "RuntimeError", entry
         assert "callback thread" in entry[2], entry
+    for name in ("host fn", "wait"):
+        assert out["captured"][name][0] == "RuntimeError", out["captured"]
+        assert WAIT_VALUE[api] in out["captured"][name][1], out["captured"]
+    assert out["captured"]["async"] is None, out["captured"]
+    assert out["graph_nodes"] == 1 and out["async_in_graph"] == 6, out
+    assert out["caps"]["graph_capture"] == "available"
 
 
 NO_PEER_ENTRY_POINT_CHECK = r"""
@@ -579,3 +609,44 @@ def test_entry_points_asked_at_no_newer_version_than_the_driver(fake_lib, versio
     assert out["caps"]["driver_version"] == version
     assert out["caps"]["stream_memory_operations"] is True
     assert out["elapsed"] >= 0.0
+
+
+# --------------------------------------------------------------------------
+# Stream capture: a driver without it
+
+
+NO_CAPTURE_CHECK = r"""
+import json
+from max import driver
+from max.driver import Accelerator, DeviceQueue
+out = {}
+acc = Accelerator()
+q = DeviceQueue(acc)
+try:
+    q.begin_capture()
+    out["error"] = None
+except Exception as e:
+    out["error"] = [type(e).__name__, str(e)]
+out["capturing"] = q.is_capturing
+out["capability"] = acc._capabilities()["graph_capture"]
+ran = []
+getattr(q, "__unsafe_enqueue_py_host_func")(lambda: ran.append(1))
+q.synchronize(timeout=20)  # the failed call changed nothing
+out["ran"] = ran
+print("JSON" + json.dumps(out))
+"""
+BEGIN_CAPTURE = {"cuda": "cuStreamBeginCapture", "hip": "hipStreamBeginCapture"}
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_no_stream_capture_entry_point(fake_builds, api):
+    """begin_capture() raises RuntimeError naming the missing entry point,
+    and python -m max.driver's capability says so."""
+    lib = fake_builds("no-capture", omit=list(BEGIN_CAPTURE.values()))
+    r = run_code(NO_CAPTURE_CHECK, fake_env(api, lib))
+    assert r.returncode == 0, _output(r)
+    out = _json(r)
+    assert out["error"] is not None and out["error"][0] == "RuntimeError", out
+    assert BEGIN_CAPTURE[api] in out["error"][1], out
+    assert out["capturing"] is False and out["ran"] == [1], out
+    assert out["capability"] == f"unavailable: the driver lacks {BEGIN_CAPTURE[api]}"

@@ -438,6 +438,11 @@ class Child:
             queues += [acc.default_queue, d.DeviceQueue(acc)]
             events.append(d.DeviceEvent(acc, enable_timing=True))
             flags.append(d.CompletionFlag(acc))
+        graphs = []
+        for captured in (lambda q: None, lambda q: getattr(q, ENQ)(host_noop)):
+            with d.capture(queues[1]) as graph:
+                captured(queues[1])
+            graphs.append(graph)
         uninit = []
         for T in (d.Device, d.DeviceQueue, d.DeviceEvent, d.CompletionFlag):
             try:
@@ -450,6 +455,7 @@ class Child:
             "queue": queues,
             "event": events,
             "flag": flags,
+            "graph": graphs,
             "uninit": uninit or [object()],
             "spec": [
                 d.DeviceSpec.cpu(),
@@ -471,7 +477,7 @@ class Child:
         }
         # Fixed members that replacement never evicts.
         self.pinned = {k: len(v) for k, v in self.pool.items()}
-        self.pool_max = {"queue": 8, "event": 8, "flag": 6}
+        self.pool_max = {"queue": 8, "event": 8, "flag": 6, "graph": 4}
 
     def remember(self, result):
         """New queues, events and flags join the pool, evicting (dropping)
@@ -481,14 +487,31 @@ class Child:
             ("queue", d.DeviceQueue),
             ("event", d.DeviceEvent),
             ("flag", d.CompletionFlag),
+            ("graph", d.DeviceGraph),
         ):
-            if type(result) is T:
+            if type(result) is T and not self.may_gate(result):
                 lst = self.pool[cat]
                 if len(lst) < self.pool_max[cat]:
                     lst.append(result)
                 else:
                     lst[self.rnd.randrange(self.pinned[cat], len(lst))] = result
                 return
+
+    @staticmethod
+    def may_gate(result):
+        """A graph whose launches wait for a host value: launched by the
+        fuzzer, it could hold a queue that no gate opener knows of."""
+        return "wait for host value" in getattr(result, "to_dot", str)()
+
+    def end_captures(self):
+        """Keep the process finishable: every capture a call began ends
+        (thrown away) through the queue that began it."""
+        for q in self.pool["queue"]:
+            if q.is_capturing:
+                try:
+                    q._discard_capture()
+                except RuntimeError:
+                    pass  # joined a capture another queue began
 
     def resolve(self, v, depth=0):
         if isinstance(v, Ref):
@@ -658,6 +681,7 @@ class Child:
             "queue": d.DeviceQueue,
             "event": d.DeviceEvent,
             "flag": d.CompletionFlag,
+            "graph": d.DeviceGraph,
         }
         entries = []
         covered = set()
@@ -894,7 +918,7 @@ class Child:
         run packed trampolines exactly once, adopt new objects."""
         d = self.driver
         name = target[1] if kind in ("method", "unbound") else None
-        if name == "wait_for_host_value":
+        if name == "wait_for_host_value" and not recv.is_capturing:
             flag = args[0] if args else kwargs.get("flag")
             value = args[1] if len(args) > 1 else kwargs.get("value")
             self.open_gate(recv, flag, value)
@@ -903,7 +927,9 @@ class Child:
 
             ptr, data = result
             ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ptr)(data)
-        if isinstance(result, (d.DeviceQueue, d.DeviceEvent, d.CompletionFlag)):
+        if isinstance(
+            result, (d.DeviceQueue, d.DeviceEvent, d.CompletionFlag, d.DeviceGraph)
+        ):
             self.remember(result)
 
     def open_gate(self, queue, flag, value):
@@ -991,6 +1017,7 @@ class Child:
 
         self.note("health check: CPU().synchronize(timeout=5)")
         faulthandler.dump_traceback_later(3 * CALL_LIMIT, exit=True)
+        self.end_captures()
         try:
             self.cpu.synchronize(timeout=CALL_LIMIT)
         except TimeoutError:
@@ -1065,6 +1092,7 @@ def child_main(seconds, seed, status_path):
     child.note("final: CPU().synchronize(timeout=10)")
     from max import driver
 
+    child.end_captures()
     driver.CPU().synchronize(timeout=10)
     print("FINAL-SYNC-OK", flush=True)
     stats = {

@@ -103,6 +103,9 @@ def test_gpu_check_script_parses():
     text = script.read_text()
     for needed in ("tests/gpu", "tests/accelerator", "benchmarks.gpu", "build_ext"):
         assert needed in text
+    # Graph capture's tests and benchmark rows (issue 25), before the rest.
+    assert "tests/accelerator/test_accel_capture.py --timeout" in text
+    assert "-m benchmarks.capture 41 --table" in text
     # Preflight before the build; the real driver, not the fake; interop
     # tests after everything that could be fooled by a context they leave
     # current; the hazard probe at the end; 5 minutes in all.

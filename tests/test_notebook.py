@@ -99,6 +99,12 @@ def check_outputs(nb):
         out for c in cells for out in c.outputs if "image/png" in out.get("data", {})
     ]
     assert len(pngs) == 1, "expected one matplotlib figure"
+    # graph capture: MAX's scenario, and to_dot() drawn (or how to draw it)
+    assert "launched 100 times; last result: [99. 99. 99. 99.]" in everything
+    graph_cell = next(c for c in cells if "md.capture" in c.source)
+    svgs = [o for o in graph_cell.outputs if "image/svg+xml" in o.get("data", {})]
+    assert svgs or "Graphviz's dot is not installed" in text_of(graph_cell)
+    assert not svgs or "wait for host value" in svgs[0].data["image/svg+xml"]
 
 
 def test_saved_notebook_has_outputs():

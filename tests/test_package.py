@@ -60,6 +60,9 @@ EXPECTED_ALL = {
     "get_virtual_device_target_arch",
     "set_virtual_cpu_target",
     "get_virtual_cpu_target",
+    # SPEC §16: graph capture (test_capture.py).
+    "DeviceGraph",
+    "capture",
 }
 NATIVE_TYPES = (
     "Device",
@@ -72,6 +75,7 @@ NATIVE_TYPES = (
     "DevicePinnedBuffer",
     "Usage",
     "LaunchTraceEntry",
+    "DeviceGraph",
 )
 PACK = "__unsafe_pack_py_host_func"
 Py_TPFLAGS_BASETYPE = 1 << 10

@@ -32,6 +32,7 @@ typedef enum item_kind {
     ITEM_STAMP,           /* write the time into a timing stamp */
     ITEM_KICKOFF,         /* reset a flag, hand a host function to the pool */
     ITEM_TRANSFER,        /* write a buffer: a staged copy or a fill */
+    ITEM_GRAPH,           /* a launch of a captured graph (cpu_graph.inc) */
 } item_kind;
 
 typedef struct cpu_queue cpu_queue;
@@ -62,6 +63,7 @@ typedef struct cpu_item {
         cpu_stamp *stamp;
         cpu_transfer *transfer;
         mxd_completion *completion;
+        mxd_graph *graph; /* retained */
         struct {
             mxd_job job; /* the item itself becomes the pool job */
             mxd_host_fn fn;
@@ -179,10 +181,19 @@ static bool value_arg_reached(const void *arg)
     return mxd_flag_load(v->flag) == v->value;
 }
 
+/* Blocks the drain thread until flag holds value. */
+static void park_for_value(mxd_flag *flag, uint64_t value)
+{
+    value_arg arg = {flag, value};
+    mxd_park(&flag->changed, value_arg_reached, &arg, NULL, FLAG_RECHECK_NS,
+             NULL);
+}
+
 /* ---- Running items (on the drain thread) -------------------------------- */
 
 static void run_kickoff_job(mxd_job *job);
 static void run_transfer(cpu_transfer *t);
+static void park_for_value(mxd_flag *flag, uint64_t value);
 
 /* Runs one item that is not a host function; it may block. */
 static void run_item(cpu_item *item)
@@ -192,13 +203,10 @@ static void run_item(cpu_item *item)
         wait_point(item->u.point.queue, item->u.point.ticket, NULL, NULL);
         mxd_queue_release(&item->u.point.queue->base);
         break;
-    case ITEM_WAIT_VALUE: {
-        value_arg arg = {item->u.wait.flag, item->u.wait.value};
-        mxd_park(&item->u.wait.flag->changed, value_arg_reached, &arg, NULL,
-                 FLAG_RECHECK_NS, NULL);
+    case ITEM_WAIT_VALUE:
+        park_for_value(item->u.wait.flag, item->u.wait.value);
         mxd_flag_release(item->u.wait.flag);
         break;
-    }
     case ITEM_WAIT_COMPLETION: {
         /* On a pool thread, never a driver's callback thread: the other
          * backend's blocking wait is allowed here.  A failure (the device's
@@ -220,7 +228,8 @@ static void run_item(cpu_item *item)
             run_kickoff_job(&item->u.kickoff.job); /* no thread: run here */
         return;                                    /* the job owns the item */
     case ITEM_TRANSFER: run_transfer(item->u.transfer); break;
-    case ITEM_HOST: break; /* run by drain() inside a host batch */
+    case ITEM_HOST:
+    case ITEM_GRAPH: break; /* run by drain() inside a host batch */
     }
     free(item);
 }
@@ -263,6 +272,8 @@ static void complete(cpu_queue *q, uint64_t ticket)
         fire_watches(q);
 }
 
+static void run_graph(cpu_queue *q, cpu_item *item, mxd_host_batch *batch);
+
 static void drain(mxd_job *job)
 {
     cpu_queue *q = (cpu_queue *)((char *)job - offsetof(cpu_queue, drain));
@@ -277,6 +288,8 @@ static void drain(mxd_job *job)
             mxd_host_batch_run(&batch, item->u.host);
             running_queue = NULL;
             free(item);
+        } else if (item->kind == ITEM_GRAPH) {
+            run_graph(q, item, &batch);
         } else {
             mxd_host_batch_end(&batch);
             run_item(item);
@@ -840,9 +853,11 @@ static mxd_status cpu_features(const mxd_device *dev, mxd_device_features *out,
     (void)err;
     out->stream_memory_ops = true;
     out->host_fns_on_workers = true;
+    out->capture = true;
     return MXD_OK;
 }
 
+#include "cpu_graph.inc"
 #include "cpu_memory.inc"
 #include "cpu_watch.inc"
 
@@ -891,4 +906,6 @@ const mxd_backend mxd_cpu_backend = {
     .fill = cpu_fill,
     .watch_arm = cpu_watch_arm,
     .watch_cancel = cpu_watch_cancel,
+    .graph_launch = cpu_graph_launch,
+    .graph_free = cpu_graph_free,
 };

@@ -23,6 +23,8 @@ typedef cu_event gpu_event;
 typedef cu_result gpu_result;
 typedef cu_mempool gpu_mempool;
 typedef cu_mem_access_desc gpu_mem_access_desc;
+typedef cu_graph gpu_graph;
+typedef cu_graph_exec gpu_graph_exec;
 
 typedef struct api_device {
     cu_device handle;
@@ -65,6 +67,13 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_default_mem_pool cuDeviceGetDefaultMemPool
 #define API_mem_pool_set_attribute cuMemPoolSetAttribute
 #define API_mem_pool_set_access cuMemPoolSetAccess
+#define API_begin_capture cuStreamBeginCapture
+#define API_end_capture cuStreamEndCapture
+#define API_graph_instantiate cuGraphInstantiateWithFlags
+#define API_graph_launch cuGraphLaunch
+#define API_graph_exec_destroy cuGraphExecDestroy
+#define API_graph_destroy cuGraphDestroy
+#define API_CAPTURE_MODE_RELAXED MXD_CU_STREAM_CAPTURE_MODE_RELAXED
 #define API_MEM_OPS_ATTRIBUTE                                                  \
     "CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS"
 

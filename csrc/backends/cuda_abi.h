@@ -20,7 +20,10 @@ typedef unsigned int cu_graph_mem_attribute; /* enum CUgraphMem_attribute */
 typedef unsigned int cu_memorytype;          /* enum CUmemorytype_enum */
 typedef unsigned int cu_pointer_attribute;   /* enum CUpointer_attribute */
 typedef struct CUmemPoolHandle_st *cu_mempool;
-typedef unsigned int cu_mempool_attribute; /* enum CUmemPool_attribute */
+typedef struct CUgraph_st *cu_graph;
+typedef struct CUgraphExec_st *cu_graph_exec;
+typedef unsigned int cu_stream_capture_mode; /* enum CUstreamCaptureMode */
+typedef unsigned int cu_mempool_attribute;   /* enum CUmemPool_attribute */
 typedef void (*cu_host_fn)(void *user_data);
 typedef void (*cu_stream_callback)(cu_stream stream, cu_result status,
                                    void *user_data);
@@ -59,6 +62,7 @@ enum {
     MXD_CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
     MXD_CU_MEM_LOCATION_TYPE_DEVICE = 1,
     MXD_CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
+    MXD_CU_STREAM_CAPTURE_MODE_RELAXED = 2,
 };
 
 /* CUmemLocation and CUmemAccessDesc for cuMemPoolSetAccess. */
@@ -152,7 +156,8 @@ typedef struct cu_memcpy2d {
     X(cuStreamAddCallback, 5000, OPTIONAL, cu_result,                          \
       (cu_stream stream, cu_stream_callback callback, void *user_data,         \
        unsigned int flags))                                                    \
-    CUDA_MEMORY_ENTRY_POINTS(X)
+    CUDA_MEMORY_ENTRY_POINTS(X)                                                \
+    CUDA_CAPTURE_ENTRY_POINTS(X)
 
 /* Device memory, copies and fills (the Buffer type). */
 #define CUDA_MEMORY_ENTRY_POINTS(X)                                            \
@@ -189,6 +194,20 @@ typedef struct cu_memcpy2d {
       (cu_mempool pool, cu_mempool_attribute attr, void *value))               \
     X(cuMemPoolSetAccess, 11020, OPTIONAL, cu_result,                          \
       (cu_mempool pool, const cu_mem_access_desc *map, size_t count))
+
+/* Stream capture and graphs (DeviceQueue.begin_capture, DeviceGraph):
+ * optional, since a driver without them only lacks capture. */
+#define CUDA_CAPTURE_ENTRY_POINTS(X)                                           \
+    X(cuStreamBeginCapture, 10010, OPTIONAL, cu_result,                        \
+      (cu_stream stream, cu_stream_capture_mode mode))                         \
+    X(cuStreamEndCapture, 10000, OPTIONAL, cu_result,                          \
+      (cu_stream stream, cu_graph * graph))                                    \
+    X(cuGraphInstantiateWithFlags, 11040, OPTIONAL, cu_result,                 \
+      (cu_graph_exec * exec, cu_graph graph, unsigned long long flags))        \
+    X(cuGraphLaunch, 10000, OPTIONAL, cu_result,                               \
+      (cu_graph_exec exec, cu_stream stream))                                  \
+    X(cuGraphExecDestroy, 10000, OPTIONAL, cu_result, (cu_graph_exec exec))    \
+    X(cuGraphDestroy, 10000, OPTIONAL, cu_result, (cu_graph graph))
 
 /* cuGetProcAddress_v2 (CUDA 12.0+); `status` may be NULL. */
 typedef cu_result (*cu_get_proc_address_fn)(const char *symbol, void **pfn,

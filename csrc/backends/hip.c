@@ -23,6 +23,8 @@ typedef hip_event gpu_event;
 typedef hip_result gpu_result;
 typedef hip_mempool gpu_mempool;
 typedef hip_mem_access_desc gpu_mem_access_desc;
+typedef hip_graph gpu_graph;
+typedef hip_graph_exec gpu_graph_exec;
 
 typedef struct api_device {
     int handle; /* HIP names devices by their ordinal */
@@ -64,6 +66,13 @@ static mxd_status missing(const char *what, mxd_error *err);
 #define API_default_mem_pool hipDeviceGetDefaultMemPool
 #define API_mem_pool_set_attribute hipMemPoolSetAttribute
 #define API_mem_pool_set_access hipMemPoolSetAccess
+#define API_begin_capture hipStreamBeginCapture
+#define API_end_capture hipStreamEndCapture
+#define API_graph_instantiate hipGraphInstantiateWithFlags
+#define API_graph_launch hipGraphLaunch
+#define API_graph_exec_destroy hipGraphExecDestroy
+#define API_graph_destroy hipGraphDestroy
+#define API_CAPTURE_MODE_RELAXED MXD_HIP_STREAM_CAPTURE_MODE_RELAXED
 #define API_MEM_OPS_ATTRIBUTE "hipDeviceAttributeCanUseStreamWaitValue"
 /* api_wait_value's conditions: equal; at least (wrap-safe:
  * (int64_t)(*addr - value) >= 0). */

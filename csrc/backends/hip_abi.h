@@ -19,7 +19,10 @@ typedef unsigned int
 typedef unsigned int hip_memcpy_kind;       /* enum hipMemcpyKind */
 typedef unsigned int hip_pointer_attribute; /* enum hipPointer_attribute */
 typedef struct ihipMemPoolHandle_t *hip_mempool;
-typedef unsigned int hip_mempool_attribute; /* enum hipMemPoolAttr */
+typedef struct ihipGraph *hip_graph;
+typedef struct hipGraphExec *hip_graph_exec;
+typedef unsigned int hip_stream_capture_mode; /* enum hipStreamCaptureMode */
+typedef unsigned int hip_mempool_attribute;   /* enum hipMemPoolAttr */
 typedef void (*hip_host_fn)(void *user_data);
 typedef void (*hip_stream_callback)(hip_stream stream, hip_result status,
                                     void *user_data);
@@ -54,6 +57,7 @@ enum {
     MXD_HIP_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
     MXD_HIP_MEM_LOCATION_TYPE_DEVICE = 1,
     MXD_HIP_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
+    MXD_HIP_STREAM_CAPTURE_MODE_RELAXED = 2,
 };
 
 /* hipMemLocation and hipMemAccessDesc for hipMemPoolSetAccess. */
@@ -159,7 +163,8 @@ enum { HIP_DEVICE_PROP_BUFFER = 8192 };
     X(hipStreamAddCallback, OPTIONAL, hip_result,                              \
       (hip_stream stream, hip_stream_callback callback, void *user_data,       \
        unsigned int flags))                                                    \
-    HIP_MEMORY_ENTRY_POINTS(X)
+    HIP_MEMORY_ENTRY_POINTS(X)                                                 \
+    HIP_CAPTURE_ENTRY_POINTS(X)
 
 /* Device memory, copies and fills (the Buffer type). */
 #define HIP_MEMORY_ENTRY_POINTS(X)                                             \
@@ -196,6 +201,19 @@ enum { HIP_DEVICE_PROP_BUFFER = 8192 };
       (hip_mempool pool, hip_mempool_attribute attr, void *value))             \
     X(hipMemPoolSetAccess, OPTIONAL, hip_result,                               \
       (hip_mempool pool, const hip_mem_access_desc *desc, size_t count))
+
+/* Stream capture and graphs (DeviceQueue.begin_capture, DeviceGraph). */
+#define HIP_CAPTURE_ENTRY_POINTS(X)                                            \
+    X(hipStreamBeginCapture, OPTIONAL, hip_result,                             \
+      (hip_stream stream, hip_stream_capture_mode mode))                       \
+    X(hipStreamEndCapture, OPTIONAL, hip_result,                               \
+      (hip_stream stream, hip_graph * graph))                                  \
+    X(hipGraphInstantiateWithFlags, OPTIONAL, hip_result,                      \
+      (hip_graph_exec * exec, hip_graph graph, unsigned long long flags))      \
+    X(hipGraphLaunch, OPTIONAL, hip_result,                                    \
+      (hip_graph_exec exec, hip_stream stream))                                \
+    X(hipGraphExecDestroy, OPTIONAL, hip_result, (hip_graph_exec exec))        \
+    X(hipGraphDestroy, OPTIONAL, hip_result, (hip_graph graph))
 
 #define HIP_ENTRY_POINTS_5_3(X)                                                \
     X(hipDeviceGetGraphMemAttribute, OPTIONAL, hip_result,                     \

@@ -22,10 +22,19 @@ static void trace_upload(const mxd_trace_note *note, int64_t bytes)
         mxd_trace_copy(note, MXD_MEMCPY_HTOD, (uint64_t)bytes);
 }
 
+/* A view the host may access: checked, and untouched by active captures. */
+static mxd_status check_access(const mxd_view *v, mxd_error *err)
+{
+    mxd_status st = mxd_view_check(v, "", NULL, err);
+    if (st == MXD_OK && atomic_load(&v->memory->captures) > 0)
+        st = mxd_capture_refuse_access(v->memory, err);
+    return st;
+}
+
 bool mxd_host_access_idle(const mxd_view *v, mxd_host_access kind)
 {
     mxd_memory *m = v->memory;
-    if (!m->host || mxd_stale(m->epoch))
+    if (!m->host || mxd_stale(m->epoch) || atomic_load(&m->captures) > 0)
         return false;
     if (!m->tracked)
         return kind != MXD_ACCESS_ITEM || mxd_queue_is_idle(v->queue);
@@ -38,7 +47,7 @@ bool mxd_host_access_idle(const mxd_view *v, mxd_host_access kind)
 mxd_status mxd_host_read_wait(const mxd_view *v, const mxd_wait *wait,
                               mxd_error *err)
 {
-    mxd_status st = mxd_view_check(v, "", NULL, err);
+    mxd_status st = check_access(v, err);
     if (st != MXD_OK)
         return st;
     mxd_memory *m = v->memory;
@@ -92,14 +101,14 @@ static mxd_status read_bytes(const mxd_view *v, void *dst, bool unordered,
 mxd_status mxd_read_host(const mxd_view *v, void *dst, const mxd_wait *wait,
                          mxd_error *err)
 {
-    mxd_status st = mxd_view_check(v, "", NULL, err);
+    mxd_status st = check_access(v, err);
     return st == MXD_OK ? read_bytes(v, dst, false, wait, err) : st;
 }
 
 mxd_status mxd_download(const mxd_view *v, mxd_queue *cpu_queue,
                         mxd_memory **out, const mxd_wait *wait, mxd_error *err)
 {
-    mxd_status st = mxd_view_check(v, "", NULL, err);
+    mxd_status st = check_access(v, err);
     int64_t bytes = 0;
     if (st == MXD_OK)
         st = mxd_shape_size(v->layout.rank, v->layout.shape,
@@ -121,7 +130,7 @@ mxd_status mxd_download(const mxd_view *v, mxd_queue *cpu_queue,
 mxd_status mxd_write_host(const mxd_view *v, const void *src,
                           const mxd_wait *wait, mxd_error *err)
 {
-    mxd_status st = mxd_view_check(v, "", NULL, err);
+    mxd_status st = check_access(v, err);
     if (st != MXD_OK)
         return st;
     mxd_memory *m = v->memory;
@@ -176,7 +185,7 @@ mxd_status mxd_memory_consumer_done(mxd_memory *m, uintptr_t native,
 
 mxd_status mxd_order_native(const mxd_view *v, uintptr_t native, mxd_error *err)
 {
-    mxd_status st = mxd_view_check(v, "", NULL, err);
+    mxd_status st = check_access(v, err);
     if (st != MXD_OK)
         return st;
     const mxd_backend *ops = v->memory->ops;

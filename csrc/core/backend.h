@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "capture.h"
 #include "hazard.h"
 #include "memory.h"
 #include "mxd.h"
@@ -38,6 +39,10 @@ struct mxd_queue {
     const mxd_backend *ops;
     bool is_default;
     mxd_queue *prev, *next; /* in device->queues, under device->mu */
+    /* The capture the queue takes part in (capture.h), and its lane
+     * there; set and cleared by the capturing thread. */
+    _Atomic(struct mxd_capture *) capture;
+    int lane;
 };
 
 struct mxd_event {
@@ -45,6 +50,9 @@ struct mxd_event {
     mxd_device *device;
     const mxd_backend *ops;
     bool timing;
+    /* Its last record, when that is inside a capture (capture.h); set by
+     * the capturing thread, read by any. */
+    _Atomic(struct mxd_capture_point *) point;
 };
 
 struct mxd_flag {
@@ -71,6 +79,8 @@ struct mxd_memory {
     uintptr_t device_ptr;
     int64_t size;
     mxd_queue *queue; /* the owner (retained): frees go in its order */
+    /* Active captures whose nodes touch it: host access is refused. */
+    atomic_int captures;
     /* What its operations wait for (hazard.h); kept for untracked memory
      * too, whose frees still wait for every operation that used it. */
     mxd_record record;
@@ -231,7 +241,45 @@ struct mxd_backend {
                             bool *armed, mxd_error *err);
     /* Disarms a watch watch_arm armed: true when it had not fired. */
     bool (*watch_cancel)(mxd_watch *w);
+
+    /* Graph capture (capture.h).  A backend captures when it has
+     * graph_launch; each hook is optional (NULL: nothing to do there).  A
+     * lane's hooks run on the capturing thread.  begin makes
+     * lane 0 capture; fork makes a new lane join after the point `ev` is
+     * recorded at in the capture, or (ev NULL) after the end of lane
+     * `from`; join makes a lane wait for such a point; record records ev
+     * at the lane's end; node records a node (COPY: dst and src are its
+     * views); end ends the capture on lane 0 and, when `keep`, makes the
+     * graph's executable form (graph->backend), else throws it away (which
+     * cannot fail).  */
+    mxd_status (*capture_begin)(mxd_capture *c, mxd_lane *lane, mxd_error *err);
+    mxd_status (*capture_fork)(mxd_capture *c, mxd_lane *lane, mxd_event *ev,
+                               mxd_lane *from, mxd_error *err);
+    mxd_status (*capture_join)(mxd_capture *c, mxd_lane *lane, mxd_event *ev,
+                               mxd_lane *from, mxd_error *err);
+    mxd_status (*capture_record)(mxd_capture *c, mxd_lane *lane, mxd_event *ev,
+                                 mxd_error *err);
+    mxd_status (*capture_node)(mxd_capture *c, mxd_lane *lane, mxd_node *node,
+                               const mxd_view *dst, const mxd_view *src,
+                               mxd_error *err);
+    mxd_status (*capture_end)(mxd_capture *c, bool keep, mxd_error *err);
+    /* Enqueues a launch of g on q; c, allocated for q, is its completion
+     * (the backend sets its point).  The generic layer enqueued the waits
+     * the launch needs first. */
+    mxd_status (*graph_launch)(mxd_graph *g, mxd_queue *q, mxd_completion *c,
+                               mxd_error *err);
+    /* Frees the backend's part of g (its nodes' states, the executable
+     * graph) once its last launch has completed, then calls
+     * mxd_graph_finish.  Never on the calling thread when that could be a
+     * driver callback thread. */
+    void (*graph_free)(mxd_graph *g);
 };
+
+static inline struct mxd_capture *mxd_capture_of(const mxd_queue *q)
+{
+    return atomic_load_explicit(&((mxd_queue *)q)->capture,
+                                memory_order_acquire);
+}
 
 extern const mxd_backend mxd_cpu_backend;
 
@@ -332,6 +380,11 @@ void mxd_memory_release_foreign(mxd_memory *m);
 mxd_status mxd_view_check(const mxd_view *v, const char *which, int64_t *count,
                           mxd_error *err);
 
+/* RuntimeError when q captures: `what` (a wait on the host for q, e.g.
+ * "await") would wait for work that does not run (queue.c). */
+mxd_status mxd_queue_check_wait(const mxd_queue *q, const char *what,
+                                mxd_error *err);
+
 /* Unlinks a retired queue from its device and destroys it (queue.c). */
 void mxd_queue_finish_retire(mxd_queue *q);
 
@@ -351,6 +404,9 @@ typedef struct mxd_host_batch {
 } mxd_host_batch;
 
 void mxd_host_batch_run(mxd_host_batch *batch, mxd_host_fn fn);
+/* The same with fn.call, which leaves fn.data to its owner (a node of a
+ * launched graph); nothing when the runner refuses. */
+void mxd_host_batch_call(mxd_host_batch *batch, mxd_host_fn fn);
 void mxd_host_batch_end(mxd_host_batch *batch);
 void mxd_set_host_runner(const mxd_host_runner *runner);
 /* Tells the runner that this worker thread is exiting. */

@@ -245,6 +245,16 @@ mxd_status mxd_device_synchronize(mxd_device *dev, const mxd_wait *wait,
     long count = retain_queues(dev, &queues);
     if (count < 0)
         return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
+    mxd_status refused = MXD_OK; /* before waiting for anything */
+    for (long i = 0; refused == MXD_OK && i < count; i++)
+        refused =
+            mxd_queue_check_wait(queues[i], "synchronize() of its device", err);
+    if (refused != MXD_OK) {
+        for (long i = 0; i < count; i++)
+            mxd_queue_release(queues[i]);
+        free(queues);
+        return refused;
+    }
     /* One deadline for the whole device: each queue gets what is left. */
     int64_t start = mxd_now_ns();
     mxd_wait left = wait ? *wait : (mxd_wait){.timeout = -1};

@@ -218,11 +218,34 @@ mxd_status mxd_queue_wait_completion(mxd_queue *q, mxd_completion *c,
 /* A record's lists keep at most one completion per queue, the latest: a
  * queue is in order, so it covers the queue's earlier ones. */
 
-static void entries_clear(mxd_entries *e)
+/* A reference an entry takes to c, or one it drops: counted in `batch`
+ * (a launch's notes, mxd_hazard_note_launch) or moved at once (NULL). */
+static void take_ref(mxd_ref_batch *batch, mxd_completion *c)
+{
+    if (batch && c == batch->taken)
+        batch->owed++;
+    else
+        mxd_completion_retain(c);
+}
+
+static void drop_ref(mxd_ref_batch *batch, mxd_completion *c)
+{
+    if (batch && c == batch->prev)
+        batch->dropped++;
+    else
+        mxd_completion_release(c);
+}
+
+static void entries_clear_batch(mxd_entries *e, mxd_ref_batch *batch)
 {
     for (int i = 0; i < e->n; i++)
-        mxd_completion_release(e->at[i]);
+        drop_ref(batch, e->at[i]);
     e->n = 0;
+}
+
+static void entries_clear(mxd_entries *e)
+{
+    entries_clear_batch(e, NULL);
 }
 
 /* Keeps the entries `keep` says yes to, releasing the others. */
@@ -243,16 +266,17 @@ static void entries_filter(mxd_entries *e,
 /* Adds c (retained), replacing an older entry of its queue.  Out of
  * memory, the host waits for the oldest entry instead of keeping it: an
  * entry is never lost. */
-static void entries_add(mxd_entries *e, mxd_completion *c)
+static void entries_add_batch(mxd_entries *e, mxd_completion *c,
+                              mxd_ref_batch *batch)
 {
     for (int i = 0; i < e->n; i++) {
         mxd_completion *old = e->at[i];
         if (old->queue != c->queue)
             continue;
         if (old->seq <= c->seq) {
-            mxd_completion_retain(c);
+            take_ref(batch, c);
             e->at[i] = c;
-            mxd_completion_release(old);
+            drop_ref(batch, old);
         }
         return;
     }
@@ -265,12 +289,17 @@ static void entries_add(mxd_entries *e, mxd_completion *c)
         } else {
             mxd_error ignored;
             mxd_completion_wait(e->at[0], NULL, &ignored);
-            mxd_completion_release(e->at[0]);
+            drop_ref(batch, e->at[0]);
             e->at[0] = e->at[--e->n];
         }
     }
-    mxd_completion_retain(c);
+    take_ref(batch, c);
     e->at[e->n++] = c;
+}
+
+static void entries_add(mxd_entries *e, mxd_completion *c)
+{
+    entries_add_batch(e, c, NULL);
 }
 
 static void entries_fini(mxd_entries *e)
@@ -360,7 +389,8 @@ static mxd_status wait_entries(mxd_queue *q, mxd_entries *e, mxd_error *err)
 {
     mxd_status st = MXD_OK;
     for (int i = 0; st == MXD_OK && i < e->n; i++)
-        st = mxd_queue_wait_completion(q, e->at[i], err);
+        if (e->at[i]->queue != q) /* the common case: in order already */
+            st = mxd_queue_wait_completion(q, e->at[i], err);
     return st;
 }
 
@@ -380,6 +410,16 @@ mxd_status mxd_hazard_order(mxd_queue *q, const mxd_view *v, bool write,
     }
     mxd_record *r = &m->record;
     compact(r);
+    mxd_status st = wait_entries(q, &r->writes, err);
+    return st == MXD_OK && write ? wait_entries(q, &r->reads, err) : st;
+}
+
+mxd_status mxd_hazard_order_quick(mxd_queue *q, const mxd_view *v, bool write,
+                                  mxd_error *err)
+{
+    mxd_record *r = &v->memory->record;
+    if (!v->memory->tracked)
+        return mxd_hazard_order(q, v, write, err);
     mxd_status st = wait_entries(q, &r->writes, err);
     return st == MXD_OK && write ? wait_entries(q, &r->reads, err) : st;
 }
@@ -493,6 +533,29 @@ void mxd_hazard_note(mxd_memory *read, mxd_memory *write, mxd_completion *c)
         entries_add(&read->record.reads, c);
         publish(&read->record);
     }
+}
+
+void mxd_hazard_note_launch(mxd_memory *m, bool write, mxd_ref_batch *batch)
+{
+    mxd_record *r = &m->record;
+    if (write) { /* the launch waited for everything the record held */
+        entries_clear_batch(&r->reads, batch);
+        entries_clear_batch(&r->writes, batch);
+        entries_add_batch(&r->writes, batch->taken, batch);
+    } else {
+        entries_add_batch(&r->reads, batch->taken, batch);
+    }
+    publish(r);
+}
+
+void mxd_hazard_batch_settle(mxd_ref_batch *batch)
+{
+    atomic_fetch_add_explicit(&batch->taken->refs, batch->owed,
+                              memory_order_relaxed);
+    if (batch->prev && batch->dropped)
+        atomic_fetch_sub_explicit(&batch->prev->refs, batch->dropped,
+                                  memory_order_acq_rel);
+    batch->owed = batch->dropped = 0;
 }
 
 void mxd_hazard_visit(mxd_memory *m,

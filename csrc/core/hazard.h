@@ -117,6 +117,10 @@ void mxd_hazard_unlock(mxd_memory *a, mxd_memory *b);
  * memory: a read waits for v's queue so far, a write for nothing. */
 mxd_status mxd_hazard_order(mxd_queue *q, const mxd_view *v, bool write,
                             mxd_error *err);
+/* mxd_hazard_order without dropping the entries seen complete first: for
+ * a graph's launch, whose notes replace them (capture.c). */
+mxd_status mxd_hazard_order_quick(mxd_queue *q, const mxd_view *v, bool write,
+                                  mxd_error *err);
 /* Under the lock: true when an access of v has nothing pending to wait
  * for (entries seen complete are dropped; may ask the driver). */
 bool mxd_hazard_settled(const mxd_view *v, bool write);
@@ -134,6 +138,20 @@ mxd_status mxd_hazard_lock_settled(const mxd_view *read, const mxd_view *write,
 /* Under the lock: an operation with completion c (NULL: it is complete)
  * read `read` and wrote `write` (either may be NULL, or the same memory). */
 void mxd_hazard_note(mxd_memory *read, mxd_memory *write, mxd_completion *c);
+/* The references a launch's notes move, settled in two atomic operations
+ * instead of two per storage: `owed` references taken to `taken` (the
+ * launch's completion), `dropped` released of `prev` (the previous
+ * launch's, which its holder keeps alive until the batch settles). */
+typedef struct mxd_ref_batch {
+    mxd_completion *taken, *prev;
+    long owed, dropped;
+} mxd_ref_batch;
+
+/* Under the lock: the launch (batch->taken) read or wrote m, as
+ * mxd_hazard_note; the references it moves are counted in `batch`. */
+void mxd_hazard_note_launch(mxd_memory *m, bool write, mxd_ref_batch *batch);
+/* Moves what `batch` counted (before the records are unlocked). */
+void mxd_hazard_batch_settle(mxd_ref_batch *batch);
 /* The pending last writes of m (retained into out[0..*count), at most
  * cap), for ordering a stream we do not own after them; MXD_HAZARD when
  * one is poisoned. */

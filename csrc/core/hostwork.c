@@ -15,7 +15,8 @@ void mxd_set_host_runner(const mxd_host_runner *runner)
     host_runner = *runner;
 }
 
-void mxd_host_batch_run(mxd_host_batch *batch, mxd_host_fn fn)
+/* Enters the runner once per batch; false when it refuses. */
+static bool batch_enter(mxd_host_batch *batch)
 {
     if (!batch->entered) {
         if (atomic_load(&shutting_down))
@@ -24,10 +25,29 @@ void mxd_host_batch_run(mxd_host_batch *batch, mxd_host_fn fn)
             batch->token = host_runner.enter ? host_runner.enter() : batch;
         batch->entered = true;
     }
-    if (batch->token)
+    return batch->token != NULL;
+}
+
+void mxd_host_batch_run(mxd_host_batch *batch, mxd_host_fn fn)
+{
+    if (batch_enter(batch))
         fn.run(fn.data);
     else
         fn.discard(fn.data);
+}
+
+/* A graph's node: refused, it is skipped, and the graph still owns data. */
+void mxd_host_batch_call(mxd_host_batch *batch, mxd_host_fn fn)
+{
+    if (batch_enter(batch))
+        fn.call(fn.data);
+}
+
+void mxd_host_fn_call_alone(mxd_host_fn fn)
+{
+    mxd_host_batch batch = {0};
+    mxd_host_batch_call(&batch, fn);
+    mxd_host_batch_end(&batch);
 }
 
 void mxd_host_batch_end(mxd_host_batch *batch)

@@ -45,6 +45,10 @@ mxd_status mxd_memory_alloc(mxd_queue *q, int64_t bytes, unsigned flags,
     if (bytes < 0)
         return mxd_fail(err, MXD_INVALID, "cannot allocate %lld bytes",
                         (long long)bytes);
+    if (mxd_capture_of(q))
+        return mxd_capture_refuse(q, "allocating a buffer on the queue",
+                                  "allocate its buffers before the capture",
+                                  err);
     bool pinned = (flags & MXD_ALLOC_PINNED) && !mxd_device_is_host(q->device);
     mxd_memory *m;
     mxd_completion *born = NULL;
@@ -286,6 +290,7 @@ mxd_status mxd_copy(const mxd_view *dst, const mxd_view *src,
                         (long long)src_count, (long long)dst_count);
     if (dst_count == 0)
         return MXD_OK;
+    bool captured = mxd_capture_of(dst->queue) != NULL;
     mxd_copy_plan plan;
     bool contiguous = mxd_layout_is_contiguous(&dst->layout) &&
                       mxd_layout_is_contiguous(&src->layout);
@@ -299,6 +304,8 @@ mxd_status mxd_copy(const mxd_view *dst, const mxd_view *src,
                       "be copied");
     if (st != MXD_OK)
         return st;
+    if (captured)
+        return mxd_capture_copy(dst, src, &plan, err);
     mxd_trace_note note = {"memcpy", dst->queue, 0, 0};
     st = copier(dst, src)->copy(dst, src, &plan, wait, &note, err);
     if (st == MXD_OK && mxd_trace_active())
@@ -314,6 +321,9 @@ mxd_status mxd_fill(const mxd_view *dst, const void *element,
         return st;
     if (dst->memory->readonly)
         return mxd_fail(err, MXD_INVALID, "the destination is read-only");
+    if (mxd_capture_of(dst->queue))
+        return mxd_capture_refuse(dst->queue, "a fill",
+                                  "fill the buffer before the capture", err);
     int64_t strides[MXD_MAX_RANK];
     mxd_byte_strides(&dst->layout, strides);
     mxd_copy_plan plan;

@@ -78,6 +78,11 @@ typedef struct mxd_host_fn {
     void (*run)(void *data);     /* runs inside the runner */
     void (*discard)(void *data); /* frees data when the work never runs */
     void *data;
+    /* Optional: runs the function inside the runner without freeing data,
+     * as often as asked (a captured host function runs at every launch of
+     * its graph; discard frees data once the graph is gone).  NULL: the
+     * function cannot be captured. */
+    void (*call)(void *data);
 } mxd_host_fn;
 
 /* ---- Initialisation and backend selection ------------------------------- */
@@ -163,6 +168,10 @@ typedef struct mxd_device_features {
      * (chunks of chunk_bytes) and the pool's reserve (pinned.h). */
     int staging_chunks;
     int64_t staging_chunk_bytes, pinned_reserve_bytes;
+    /* Graph capture (begin_capture) works; else `capture_missing` names
+     * what the driver lacks. */
+    bool capture;
+    const char *capture_missing;
 } mxd_device_features;
 
 mxd_status mxd_device_features_of(const mxd_device *dev,
@@ -205,6 +214,44 @@ mxd_status mxd_queue_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_error *err);
  * pool, which runs it and then signals `value` into `flag`. */
 mxd_status mxd_queue_async_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
                                    uint64_t value, mxd_error *err);
+
+/* ---- Graph capture (capture.c, SPEC §16) -------------------------------- */
+
+typedef struct mxd_graph mxd_graph;
+
+/* Starts capturing on q: what the calling thread enqueues on q afterwards
+ * is recorded into a graph instead of running.  RuntimeError when q
+ * captures already, when the backend or driver cannot capture (naming what
+ * is missing), or from another thread than a capture q takes part in. */
+mxd_status mxd_queue_begin_capture(mxd_queue *q, mxd_error *err);
+/* Ends the capture q began: *out is the graph (one reference).
+ * RuntimeError when q began none, from another thread, or when a queue
+ * that joined the capture was not joined back (named; the capture is then
+ * discarded). */
+mxd_status mxd_queue_end_capture(mxd_queue *q, mxd_graph **out, mxd_error *err);
+/* Ends the capture q began and throws it away. */
+mxd_status mxd_queue_discard_capture(mxd_queue *q, mxd_error *err);
+/* True while q takes part in a capture (began it or joined it). */
+bool mxd_queue_is_capturing(const mxd_queue *q);
+/* The graph being captured on q keeps `keep` until it is gone (then runs
+ * its discard, on any thread): what the binding must keep alive for it
+ * (the owner of an event the graph waits for).  Nothing when q does not
+ * capture.  On failure the caller keeps it. */
+mxd_status mxd_queue_capture_keep(mxd_queue *q, mxd_host_fn keep,
+                                  mxd_error *err);
+
+void mxd_graph_retain(mxd_graph *g);
+/* The last release frees the graph once its last launch has completed. */
+void mxd_graph_release(mxd_graph *g);
+mxd_device *mxd_graph_device(const mxd_graph *g);
+/* The queue it was captured on (borrowed, lives as long as g). */
+mxd_queue *mxd_graph_queue(const mxd_graph *g);
+int mxd_graph_node_count(const mxd_graph *g);
+/* Replays the graph on q (of the graph's device, not capturing): one
+ * operation of the hazard records over the storages its nodes touch. */
+mxd_status mxd_graph_launch(mxd_graph *g, mxd_queue *q, mxd_error *err);
+/* Graphviz source describing the graph (malloc'd), or NULL. */
+char *mxd_graph_dot(const mxd_graph *g);
 
 /* ---- Events ------------------------------------------------------------- */
 

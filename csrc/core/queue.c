@@ -38,6 +38,8 @@ mxd_status mxd_queue_create(mxd_device *dev, mxd_queue **out, mxd_error *err)
     q->ops = dev->ops;
     q->is_default = false;
     q->prev = q->next = NULL;
+    atomic_init(&q->capture, NULL);
+    q->lane = 0;
     link_queue(dev, q);
     *out = q;
     return MXD_OK;
@@ -111,11 +113,29 @@ static mxd_status check_fresh(mxd_error *err, const mxd_queue *q,
     return MXD_OK;
 }
 
+/* What a capturing queue says to a wait on the host for it. */
+static mxd_status refuse_sync(const mxd_queue *q, const char *what,
+                              mxd_error *err)
+{
+    return mxd_capture_refuse(q, what,
+                              "its captured work runs only when the graph is "
+                              "launched; end_capture() first",
+                              err);
+}
+
 mxd_status mxd_queue_synchronize(mxd_queue *q, const mxd_wait *wait,
                                  mxd_error *err)
 {
     mxd_status st = check_fresh(err, q, NULL, NULL, NULL);
+    if (st == MXD_OK && mxd_capture_of(q))
+        st = refuse_sync(q, "synchronize()", err);
     return st != MXD_OK ? st : q->ops->queue_synchronize(q, wait, err);
+}
+
+mxd_status mxd_queue_check_wait(const mxd_queue *q, const char *what,
+                                mxd_error *err)
+{
+    return mxd_capture_of(q) ? refuse_sync(q, what, err) : MXD_OK;
 }
 
 static mxd_status cross_backend(mxd_error *err, const mxd_queue *q,
@@ -137,6 +157,8 @@ mxd_status mxd_queue_wait_queue(mxd_queue *q, mxd_queue *other, mxd_error *err)
         return MXD_OK; /* a queue is always ordered after itself */
     if (q->ops != other->ops)
         return cross_backend(err, q, "a queue", other->device);
+    if (mxd_capture_of(q) || mxd_capture_of(other))
+        return mxd_capture_wait_queue(q, other, err);
     return q->ops->queue_wait_queue(q, other, err);
 }
 
@@ -147,6 +169,8 @@ mxd_status mxd_queue_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err)
         return st;
     if (q->ops != ev->ops)
         return cross_backend(err, q, "an event", ev->device);
+    if (mxd_capture_of(q) || atomic_load(&ev->point))
+        return mxd_capture_wait_event(q, ev, err);
     return q->ops->queue_wait_event(q, ev, err);
 }
 
@@ -162,12 +186,16 @@ mxd_status mxd_queue_wait_value(mxd_queue *q, mxd_flag *flag, uint64_t value,
                         "the queue runs on %s device %d",
                         flag->ops->api, flag->device->id, q->ops->api,
                         q->device->id);
+    if (mxd_capture_of(q))
+        return mxd_capture_wait_value(q, flag, value, err);
     return q->ops->queue_wait_value(q, flag, value, err);
 }
 
 mxd_status mxd_queue_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_error *err)
 {
     mxd_status st = check_fresh(err, q, NULL, NULL, NULL);
+    if (st == MXD_OK && mxd_capture_of(q))
+        return mxd_capture_host_fn(q, fn, NULL, 0, err);
     return st != MXD_OK ? st : q->ops->queue_host_fn(q, fn, err);
 }
 
@@ -175,6 +203,8 @@ mxd_status mxd_queue_async_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
                                    uint64_t value, mxd_error *err)
 {
     mxd_status st = check_fresh(err, q, NULL, NULL, flag);
+    if (st == MXD_OK && mxd_capture_of(q))
+        return mxd_capture_host_fn(q, fn, flag, value, err);
     return st != MXD_OK ? st
                         : q->ops->queue_async_kickoff(q, fn, flag, value, err);
 }
@@ -191,5 +221,10 @@ mxd_status mxd_queue_record(mxd_queue *q, mxd_event *ev, mxd_error *err)
                         "own device",
                         ev->ops->api, ev->device->id, q->ops->api,
                         q->device->id);
-    return q->ops->event_record(ev, q, err);
+    if (mxd_capture_of(q))
+        return mxd_capture_record(q, ev, err);
+    st = q->ops->event_record(ev, q, err);
+    if (st == MXD_OK)
+        mxd_event_leave_capture(ev); /* recorded outside a capture now */
+    return st;
 }

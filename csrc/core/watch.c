@@ -274,6 +274,10 @@ mxd_status mxd_watch_event(mxd_event *ev, mxd_watch_fn fn, void *ctx,
     *out = NULL;
     if (mxd_stale(ev->epoch))
         return mxd_fail_stale(err, "DeviceEvent");
+    bool active;
+    if (mxd_event_in_capture(ev, &active))
+        return active ? mxd_capture_refuse_event(ev, "awaiting", err)
+                      : MXD_OK; /* never recorded, as far as one can see */
     mxd_watch *w = new_watch(fn, ctx, err);
     if (!w)
         return MXD_NO_MEMORY;
@@ -288,6 +292,9 @@ mxd_status mxd_watch_queue(mxd_queue *q, mxd_watch_fn fn, void *ctx,
     *out = NULL;
     if (mxd_queue_is_stale(q))
         return mxd_fail_stale(err, "DeviceQueue");
+    mxd_status refused = mxd_queue_check_wait(q, "await", err);
+    if (refused != MXD_OK)
+        return refused;
     mxd_watch *w = new_watch(fn, ctx, err);
     if (!w)
         return MXD_NO_MEMORY;

@@ -83,6 +83,7 @@ typedef struct binding_state {
     /* Usage(i) for every combination of DEFAULT, STAGING, UNTRACKED. */
     PyObject *usages[BUFFER_USAGES];
     PyTypeObject *completion_type; /* HostHazardCompletion */
+    PyTypeObject *graph_type;      /* DeviceGraph */
     PyObject *cpu;                 /* the one CPU Device object */
     PyObject **accelerators;       /* per id, created on first use */
     int accelerator_count;
@@ -326,6 +327,14 @@ typedef struct CompletionObject {
 
 int binding_add_completion_type(PyObject *module, binding_state *st);
 
+/* ---- Graphs (graph.c) --------------------------------------------------- */
+
+int binding_add_graph_type(PyObject *module, binding_state *st);
+/* queue.end_capture(): a new DeviceGraph, or NULL with an exception. */
+PyObject *binding_end_capture(binding_state *st, mxd_queue *queue);
+/* _pending_graph(): an empty DeviceGraph that max.driver.capture() fills. */
+PyObject *binding_pending_graph(PyObject *module, PyObject *unused);
+
 /* ---- Type creation (one per file) --------------------------------------- */
 
 /* Creates a heap type of the module from spec (with `base`, may be NULL)
@@ -464,6 +473,9 @@ PyObject *binding_enqueue_host_fn(const char *fname, mxd_queue *queue,
 PyObject *binding_enqueue_async_host_fn(binding_state *st, const char *fname,
                                         mxd_queue *queue, PyObject *const *args,
                                         Py_ssize_t nargs, PyObject *kwnames);
+/* When `queue` captures: the graph keeps a reference to obj until it is
+ * gone (an event it records or waits for).  -1 with an exception. */
+int binding_keep_in_capture(mxd_queue *queue, PyObject *obj);
 /* The atexit hook: stops host work and refuses further GIL entries. */
 PyObject *binding_atexit(PyObject *module, PyObject *unused);
 /* __unsafe_pack_py_host_func(fn) -> (trampoline, data). */

@@ -8,6 +8,8 @@
  * abstract. */
 #include "binding.h"
 
+#include <stdio.h>
+
 #include <string.h>
 
 /* ---- Construction and the cache ----------------------------------------- */
@@ -472,15 +474,20 @@ static PyObject *device_capabilities(PyObject *self, PyObject *unused)
             ? "unavailable"
         : f.host_fns_on_workers ? "worker threads"
                                 : "driver callback thread";
+    char capture[128];
+    snprintf(capture, sizeof capture, "%s%s%s",
+             f.capture ? "available" : "unavailable",
+             f.capture_missing ? ": the driver lacks " : "",
+             f.capture_missing ? f.capture_missing : "");
     return Py_BuildValue(
-        "{s:i,s:O,s:s,s:s,s:O,s:(iL),s:L}", "driver_version", f.driver_version,
-        "stream_memory_operations", f.stream_memory_ops ? Py_True : Py_False,
-        "host_function_entry_point",
+        "{s:i,s:O,s:s,s:s,s:O,s:(iL),s:L,s:s}", "driver_version",
+        f.driver_version, "stream_memory_operations",
+        f.stream_memory_ops ? Py_True : Py_False, "host_function_entry_point",
         f.host_fn_entry_point ? f.host_fn_entry_point : "",
         "python_host_functions_run_on", host_fns, "memory_pools",
         f.memory_pools ? Py_True : Py_False, "staging_ring", f.staging_chunks,
         (long long)f.staging_chunk_bytes, "pinned_reserve_bytes",
-        (long long)f.pinned_reserve_bytes);
+        (long long)f.pinned_reserve_bytes, "graph_capture", capture);
 }
 
 static PyObject *device_context_ptr(PyObject *self, PyObject *unused)
@@ -531,8 +538,9 @@ static PyMethodDef device_methods[] = {
                  "'unavailable'), memory_pools (stream-ordered "
                  "allocation), staging_ring ((chunks, bytes per chunk) of "
                  "pinned memory copies stage through; (0, 0) on the CPU) "
-                 "and pinned_reserve_bytes (pinned memory reserved for "
-                 "flags and small pinned buffers).")},
+                 "pinned_reserve_bytes (pinned memory reserved for flags "
+                 "and small pinned buffers) and graph_capture ('available', "
+                 "or 'unavailable: the driver lacks <entry point>').")},
     {"__reduce__", device_reduce, METH_NOARGS,
      BINDING_DOC("__reduce__", "($self, /)",
                  "Copies and pickles refer to the same cached device.")},

@@ -3,7 +3,9 @@
  * the interpreter-exit handshake that keeps them from taking it too late. */
 #include "binding.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <time.h>
 
 /* Process-wide, like the core itself: set by the atexit hook, after which
@@ -110,8 +112,9 @@ const mxd_host_runner binding_host_runner = {runner_enter, runner_leave,
 
 /* ---- Work items --------------------------------------------------------- */
 
-/* Runs with the GIL held; consumes the reference to fn. */
-static void host_fn_run(void *data)
+/* Runs with the GIL held; the reference to fn stays (a captured host
+ * function is called at every launch of its graph). */
+static void host_fn_call(void *data)
 {
     PyObject *fn = data;
     PyObject *result = PyObject_CallNoArgs(fn);
@@ -119,12 +122,41 @@ static void host_fn_run(void *data)
         PyErr_WriteUnraisable(fn); /* the queue carries on (SPEC §7) */
     else
         Py_DECREF(result);
-    Py_DECREF(fn);
 }
 
-static int decref_later(void *obj)
+/* Runs with the GIL held; consumes the reference to fn. */
+static void host_fn_run(void *data)
 {
-    Py_DECREF((PyObject *)obj);
+    host_fn_call(data);
+    Py_DECREF((PyObject *)data);
+}
+
+/* References dropped without the GIL, for the main thread to drop: one
+ * pending call drops them all (a graph's host functions go together, and
+ * the pending-call queue holds only a few dozen calls). */
+typedef struct later {
+    struct later *next;
+    PyObject *obj;
+} later;
+
+static pthread_mutex_t later_mu = PTHREAD_MUTEX_INITIALIZER;
+static later *later_head;
+static bool later_scheduled; /* a pending call will drop them */
+
+static int decref_later(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&later_mu);
+    later *list = later_head;
+    later_head = NULL;
+    later_scheduled = false;
+    pthread_mutex_unlock(&later_mu);
+    while (list != NULL) {
+        later *next = list->next;
+        Py_DECREF(list->obj);
+        free(list);
+        list = next;
+    }
     return 0;
 }
 
@@ -138,9 +170,29 @@ static void host_fn_discard(void *data)
         Py_DECREF((PyObject *)data);
         return;
     }
-    /* Let the main thread drop the reference; if the pending-call queue is
-     * full the reference leaks, which is harmless. */
-    (void)Py_AddPendingCall(decref_later, data);
+    later *entry = malloc(sizeof *entry);
+    if (entry == NULL)
+        return; /* out of memory: the reference leaks, which is harmless */
+    pthread_mutex_lock(&later_mu);
+    *entry = (later){later_head, data};
+    later_head = entry;
+    /* If the pending-call queue is full, the next discard tries again. */
+    if (!later_scheduled)
+        later_scheduled = Py_AddPendingCall(decref_later, NULL) == 0;
+    pthread_mutex_unlock(&later_mu);
+}
+
+int binding_keep_in_capture(mxd_queue *queue, PyObject *obj)
+{
+    if (!mxd_queue_is_capturing(queue))
+        return 0;
+    mxd_host_fn keep = {NULL, host_fn_discard, Py_NewRef(obj), NULL};
+    mxd_error err;
+    if (mxd_queue_capture_keep(queue, keep, &err) == MXD_OK)
+        return 0;
+    Py_DECREF(obj);
+    binding_raise(&err);
+    return -1;
 }
 
 static const char *const fn_names[] = {"fn"};
@@ -169,7 +221,8 @@ PyObject *binding_enqueue_host_fn(const char *fname, mxd_queue *queue,
     PyObject *fn = parse_fn(fname, args, nargs, kwnames);
     if (fn == NULL)
         return NULL;
-    mxd_host_fn work = {host_fn_run, host_fn_discard, Py_NewRef(fn)};
+    mxd_host_fn work = {host_fn_run, host_fn_discard, Py_NewRef(fn),
+                        host_fn_call};
     mxd_error err;
     mxd_status status;
     BINDING_ENQUEUE(queue, status = mxd_queue_host_fn(queue, work, &err));
@@ -209,7 +262,8 @@ PyObject *binding_enqueue_async_host_fn(binding_state *st, const char *fname,
         return NULL;
 
     PyObject *fn = argv[0];
-    mxd_host_fn work = {host_fn_run, host_fn_discard, Py_NewRef(fn)};
+    mxd_host_fn work = {host_fn_run, host_fn_discard, Py_NewRef(fn),
+                        host_fn_call};
     mxd_flag *flag = ((FlagObject *)argv[1])->flag;
     mxd_error err;
     mxd_status status;

@@ -137,6 +137,10 @@ static PyMethodDef module_methods[] = {
                  "destination buffer, checked in full first. The source's "
                  "hazard record keeps it alive and unwritten until every "
                  "copy has read it.")},
+    {"_pending_graph", binding_pending_graph, METH_NOARGS,
+     BINDING_DOC("_pending_graph", "()",
+                 "An empty DeviceGraph that max.driver.capture() fills when "
+                 "its block ends (not for direct use).")},
     {"_cleanup_failures", cleanup_failures, METH_NOARGS,
      BINDING_DOC("_cleanup_failures", "()",
                  "(count, last message) of the driver destroys and frees "
@@ -239,6 +243,7 @@ static int module_exec(PyObject *module)
         binding_add_event_type(module, st) < 0 ||
         binding_add_flag_type(module, st) < 0 ||
         binding_add_completion_type(module, st) < 0 ||
+        binding_add_graph_type(module, st) < 0 ||
         binding_add_buffer_types(module, st) < 0 ||
         binding_add_trace_type(module, st) < 0 ||
         PyModule_AddFunctions(module, binding_virtual_functions) < 0 ||
@@ -272,6 +277,7 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     for (int i = 0; i < BUFFER_USAGES; i++)
         Py_VISIT(st->usages[i]);
     Py_VISIT(st->completion_type);
+    Py_VISIT(st->graph_type);
     Py_VISIT(st->cpu);
     Py_VISIT(st->virtual_devices);
     int visited = binding_bridge_traverse(&st->bridge, visit, arg);
@@ -313,6 +319,7 @@ static int module_clear(PyObject *module)
     for (int i = 0; i < BUFFER_USAGES; i++)
         Py_CLEAR(st->usages[i]);
     Py_CLEAR(st->completion_type);
+    Py_CLEAR(st->graph_type);
     return 0;
 }
 

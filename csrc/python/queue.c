@@ -51,6 +51,12 @@ static void queue_dealloc(PyObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     mxd_queue *queue = queue_of(self);
+    /* Nobody can end a capture this queue began once the queue is gone:
+     * it ends here, thrown away (from the capturing thread only; another
+     * thread's capture is not this thread's to end). */
+    mxd_error ignored;
+    if (mxd_queue_is_capturing(queue))
+        (void)mxd_queue_discard_capture(queue, &ignored);
     /* The last release may wait for the queue's worker or driver stream to
      * wind down, and that worker may be waiting for the GIL to finish a
      * host function: release the queue without holding the GIL. */
@@ -108,6 +114,12 @@ static PyObject *queue_get_cuda_stream(PyObject *self, void *closure)
     return PyCFunction_NewEx(&queue_cuda_stream_def, self, NULL);
 }
 
+static PyObject *queue_get_is_capturing(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(mxd_queue_is_capturing(queue_of(self)));
+}
+
 static PyGetSetDef queue_getset[] = {
     {"device", queue_get_device, NULL, "The owning Device.", NULL},
     {"native_stream_handle", queue_get_native_stream_handle, NULL,
@@ -115,6 +127,10 @@ static PyGetSetDef queue_getset[] = {
      NULL},
     {"__cuda_stream__", queue_get_cuda_stream, NULL,
      "__cuda_stream__() -> (0, native_stream_handle); CUDA queues only.", NULL},
+    {"is_capturing", queue_get_is_capturing, NULL,
+     "True while the queue takes part in a capture (began it, or joined it "
+     "by waiting for work of a capturing queue).",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -168,6 +184,10 @@ static PyObject *record_new_event(PyObject *self)
         Py_DECREF(event);
         return binding_raise(&err);
     }
+    if (binding_keep_in_capture(queue, event) < 0) {
+        Py_DECREF(event);
+        return NULL;
+    }
     return event;
 }
 
@@ -180,6 +200,8 @@ static PyObject *record_existing_event(PyObject *self, PyObject *event)
     BINDING_ENQUEUE(queue, status = mxd_queue_record(queue, ev, &err));
     if (status != MXD_OK)
         return binding_raise(&err);
+    if (binding_keep_in_capture(queue, event) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -243,6 +265,9 @@ static PyObject *wait_for_event(PyObject *self, PyObject *event)
     BINDING_ENQUEUE(queue, status = mxd_queue_wait_event(queue, ev, &err));
     if (status != MXD_OK)
         return binding_raise(&err);
+    /* A wait for an event outside the capture is made at every launch. */
+    if (binding_keep_in_capture(queue, event) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -337,6 +362,37 @@ static PyObject *queue_enqueue_async_host_fn(PyObject *self,
                                          queue_of(self), args, nargs, kwnames);
 }
 
+/* ---- Graph capture (SPEC §16) ------------------------------------------ */
+
+static PyObject *queue_begin_capture(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    mxd_queue *queue = queue_of(self);
+    mxd_error err;
+    mxd_status status;
+    Py_BEGIN_ALLOW_THREADS /* may create a driver stream */
+        status = mxd_queue_begin_capture(queue, &err);
+    Py_END_ALLOW_THREADS
+    if (status != MXD_OK)
+        return binding_raise(&err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *queue_end_capture(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return binding_end_capture(binding_state_of(self), queue_of(self));
+}
+
+static PyObject *queue_discard_capture(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    mxd_error err;
+    if (mxd_queue_discard_capture(queue_of(self), &err) != MXD_OK)
+        return binding_raise(&err);
+    Py_RETURN_NONE;
+}
+
 static PyObject *queue_context_ptr(PyObject *self, PyObject *unused)
 {
     (void)unused;
@@ -411,6 +467,22 @@ static PyMethodDef queue_methods[] = {
                  "Enqueues a kickoff that resets flag, hands fn to the CPU "
                  "device's workers and lets the queue go on; after fn() "
                  "returns (or raises) value is signalled into flag.")},
+    {"begin_capture", queue_begin_capture, METH_NOARGS,
+     BINDING_DOC("begin_capture", "($self, /)",
+                 "Starts capturing: work this thread enqueues on the queue "
+                 "afterwards is recorded into a graph instead of running. "
+                 "RuntimeError when the queue captures already or the "
+                 "driver cannot capture (naming what it lacks).")},
+    {"end_capture", queue_end_capture, METH_NOARGS,
+     BINDING_DOC("end_capture", "($self, /)",
+                 "Ends the capture this queue began and returns the "
+                 "DeviceGraph. RuntimeError when it began none, or when a "
+                 "queue that joined the capture was not joined back (named; "
+                 "the capture is discarded).")},
+    {"_discard_capture", queue_discard_capture, METH_NOARGS,
+     BINDING_DOC("_discard_capture", "($self, /)",
+                 "Ends the capture this queue began and throws it away "
+                 "(max.driver.capture's exit on an exception).")},
     {"_device_context_ptr", queue_context_ptr, METH_NOARGS,
      BINDING_DOC("_device_context_ptr", "($self, /)",
                  "An int identifying the native queue.")},

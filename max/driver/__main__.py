@@ -92,6 +92,7 @@ def _print_devices() -> list[Device]:
             if name == "architecture_name" and dev.is_host:
                 continue  # the CPU has none
             print(f"    {name}: {_property(dev, name)}")
+        print(f"    graph_capture: {dev._capabilities()['graph_capture']}")
         if not dev.is_host:
             _print_capabilities(dev)
     return devices

@@ -19,6 +19,7 @@ from max._core.driver import (
     CompletionFlag,
     Device,
     DeviceEvent,
+    DeviceGraph,
     DevicePinnedBuffer,
     DeviceQueue,
     LaunchTraceEntry,
@@ -37,6 +38,7 @@ from max._core.driver import (
     set_virtual_device_target_arch,
     take_launch_trace,
 )
+from max._core.driver import _pending_graph as _pending_graph
 
 __all__ = [
     "CPU",
@@ -46,6 +48,7 @@ __all__ = [
     "DLPackArray",
     "Device",
     "DeviceEvent",
+    "DeviceGraph",
     "DevicePinnedBuffer",
     "DeviceQueue",
     "DeviceSpec",
@@ -58,6 +61,7 @@ __all__ = [
     "begin_launch_trace",
     "calculate_virtual_device_count",
     "calculate_virtual_device_count_from_cli",
+    "capture",
     "devices_exist",
     "get_virtual_cpu_target",
     "get_virtual_device_api",
@@ -95,6 +99,33 @@ def launch_trace() -> Iterator[list[LaunchTraceEntry]]:
         yield entries
     finally:
         entries.extend(take_launch_trace())
+
+
+@contextlib.contextmanager
+def capture(queue: DeviceQueue) -> Iterator[DeviceGraph]:
+    """Captures the work this thread enqueues on ``queue`` inside the block.
+
+    Yields a :class:`DeviceGraph` that holds the capture once the block ends
+    (``queue.begin_capture()`` on entry, ``queue.end_capture()`` on exit)::
+
+        with capture(queue) as graph:
+            dst.inplace_copy_from(src)
+        graph.launch()
+
+    An exception inside the block ends the capture and throws it away.
+    """
+    if not isinstance(queue, DeviceQueue):
+        msg = f"capture(): argument 'queue' must be a DeviceQueue, not {queue!r}"
+        raise TypeError(msg)
+    queue.begin_capture()
+    graph = _pending_graph()
+    try:
+        yield graph
+    except BaseException:
+        if queue.is_capturing:
+            queue._discard_capture()
+        raise
+    graph._end_capture(queue)
 
 
 @runtime_checkable

@@ -71,6 +71,10 @@ _Static_assert(SAME_TYPE(cu_mempool_attribute, CUmemPool_attribute),
                "CUmemPool_attribute");
 
 _Static_assert(SAME_TYPE(cu_result, CUresult), "CUresult");
+_Static_assert(SAME_TYPE(cu_graph, CUgraph), "CUgraph");
+_Static_assert(SAME_TYPE(cu_graph_exec, CUgraphExec), "CUgraphExec");
+_Static_assert(SAME_TYPE(cu_stream_capture_mode, CUstreamCaptureMode),
+               "CUstreamCaptureMode");
 _Static_assert(SAME_TYPE(cu_device, CUdevice), "CUdevice");
 _Static_assert(SAME_TYPE(cu_deviceptr, CUdeviceptr), "CUdeviceptr");
 _Static_assert(SAME_TYPE(cu_stream, CUstream), "CUstream");
@@ -124,6 +128,7 @@ CHECK_CONSTANT(CU_DEVICE_ATTRIBUTE_MAX_PITCH)
 CHECK_CONSTANT(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
 CHECK_CONSTANT(CU_MEM_LOCATION_TYPE_DEVICE)
 CHECK_CONSTANT(CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+CHECK_CONSTANT(CU_STREAM_CAPTURE_MODE_RELAXED)
 #undef CHECK_CONSTANT
 #endif
 
@@ -155,6 +160,10 @@ _Static_assert(SAME_TYPE(hip_mempool_attribute, hipMemPoolAttr),
                "hipMemPoolAttr");
 
 _Static_assert(SAME_TYPE(hip_result, hipError_t), "hipError_t");
+_Static_assert(SAME_TYPE(hip_graph, hipGraph_t), "hipGraph_t");
+_Static_assert(SAME_TYPE(hip_graph_exec, hipGraphExec_t), "hipGraphExec_t");
+_Static_assert(SAME_TYPE(hip_stream_capture_mode, hipStreamCaptureMode),
+               "hipStreamCaptureMode");
 _Static_assert(SAME_TYPE(hip_stream, hipStream_t), "hipStream_t");
 _Static_assert(SAME_TYPE(hip_event, hipEvent_t), "hipEvent_t");
 _Static_assert(SAME_TYPE(hip_host_fn, hipHostFn_t), "hipHostFn_t");
@@ -197,6 +206,7 @@ CHECK_CONSTANT(MXD_HIP_MEMPOOL_ATTR_RELEASE_THRESHOLD,
 CHECK_CONSTANT(MXD_HIP_MEM_LOCATION_TYPE_DEVICE, hipMemLocationTypeDevice)
 CHECK_CONSTANT(MXD_HIP_MEM_ACCESS_FLAGS_PROT_READWRITE,
                hipMemAccessFlagsProtReadWrite)
+CHECK_CONSTANT(MXD_HIP_STREAM_CAPTURE_MODE_RELAXED, hipStreamCaptureModeRelaxed)
 #if HIP_VERSION >= 50300000
 _Static_assert(SAME_TYPE(hip_graph_mem_attribute, hipGraphMemAttributeType),
                "hipGraphMemAttributeType");

@@ -264,7 +264,9 @@ def test_capabilities_are_probed(acc):
         "memory_pools",
         "staging_ring",
         "pinned_reserve_bytes",
+        "graph_capture",
     }
+    assert caps["graph_capture"] == "available"
     assert caps["staging_ring"] == (4, 8 << 20)  # the defaults
     assert caps["pinned_reserve_bytes"] == 8 << 20
     assert isinstance(caps["driver_version"], int)

@@ -42,7 +42,7 @@ static void nothing(void *data)
 
 static mxd_host_fn logger(int value)
 {
-    return (mxd_host_fn){log_run, nothing, (void *)(intptr_t)value};
+    return (mxd_host_fn){log_run, nothing, (void *)(intptr_t)value, NULL};
 }
 
 static void reset_log(void)
@@ -192,7 +192,7 @@ static void test_many_queues_progress(void)
         if (i + 1 < N)
             OK(mxd_queue_wait_value(queues[i], flags[i + 1], 1, &err));
         OK(mxd_queue_async_host_fn(queues[i],
-                                   (mxd_host_fn){nothing, nothing, NULL},
+                                   (mxd_host_fn){nothing, nothing, NULL, NULL},
                                    flags[i], 1, &err));
     }
     OK(mxd_device_synchronize(mxd_cpu(), &forever, &err));
@@ -217,7 +217,8 @@ static void *hammer(void *arg)
         return NULL;
     for (int i = 0; i < 2000; i++) {
         mxd_queue *q = shared[i % 4], *other = shared[(i + 1) % 4];
-        mxd_queue_host_fn(q, (mxd_host_fn){nothing, nothing, NULL}, &local);
+        mxd_queue_host_fn(q, (mxd_host_fn){nothing, nothing, NULL, NULL},
+                          &local);
         mxd_queue_record(q, ev, &local);
         mxd_queue_wait_event(other, ev, &local);
         mxd_queue_wait_queue(q, other, &local);

@@ -54,7 +54,7 @@ int main(void)
     }
     /* Race 1: record a timing event on a busy queue, many times. */
     for (int i = 0; i < 20000; i++) {
-        mxd_queue_host_fn(q, (mxd_host_fn){nothing, nothing, NULL}, &err);
+        mxd_queue_host_fn(q, (mxd_host_fn){nothing, nothing, NULL, NULL}, &err);
         mxd_queue_record(q, end, &err);
     }
     mxd_wait forever = {.timeout = -1};

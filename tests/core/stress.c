@@ -198,7 +198,7 @@ static mxd_host_fn host(void (*run)(void *), void (*discard)(void *),
                         void *data)
 {
     count(C_HOST_ENQUEUED);
-    return (mxd_host_fn){run, discard, data};
+    return (mxd_host_fn){run, discard, data, NULL};
 }
 
 /* ---- Tracked queues: order of host functions ----------------------------- */

@@ -427,6 +427,33 @@ static const fake_error fake_errors[] = {
     {800, "CUDA_ERROR_NOT_PERMITTED", NULL, "operation not permitted"},
     {801, "CUDA_ERROR_NOT_SUPPORTED", "hipErrorNotSupported",
      "operation not supported"},
+    {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+     "hipErrorStreamCaptureUnsupported",
+     "operation not permitted when stream is capturing"},
+    {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+     "hipErrorStreamCaptureInvalidated",
+     "operation failed due to a previous error during capture"},
+    {902, "CUDA_ERROR_STREAM_CAPTURE_MERGE", "hipErrorStreamCaptureMerge",
+     "operation would result in a merge of separate capture sequences"},
+    {903, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
+     "hipErrorStreamCaptureUnmatched",
+     "capture was not ended in the same stream "
+     "as it began"},
+    {904, "CUDA_ERROR_STREAM_CAPTURE_UNJOINED", "hipErrorStreamCaptureUnjoined",
+     "capturing stream has unjoined work"},
+    {905, "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
+     "hipErrorStreamCaptureIsolation",
+     "dependency created on uncaptured work in another stream"},
+    {906, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", "hipErrorStreamCaptureImplicit",
+     "operation would make the legacy stream depend on a capturing blocking "
+     "stream"},
+    {907, "CUDA_ERROR_CAPTURED_EVENT", "hipErrorCapturedEvent",
+     "operation not permitted on an event last recorded in a capturing "
+     "stream"},
+    {908, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+     "hipErrorStreamCaptureWrongThread",
+     "attempt to terminate a thread-local capture sequence from another "
+     "thread"},
     {999, "CUDA_ERROR_UNKNOWN", "hipErrorUnknown", "unknown error"},
 };
 

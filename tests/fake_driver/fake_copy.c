@@ -277,7 +277,9 @@ static unsigned fake_submit(void *stream, fake_transfer *x,
                             (src != NULL && !fake_valid_extent(x, &x->src))))
         rc = FAKE_E_INVALID_VALUE;
     const char *why = rc == FAKE_E_OK ? fake_synchronous(x) : NULL;
-    if (why != NULL)
+    if (why != NULL && s->capture != NULL) /* would synchronize */
+        rc = fake_capture_illegal(s, FAKE_E_CAPTURE_UNSUPPORTED, why);
+    else if (why != NULL)
         rc = fake_run_now(s, it->entry, why, x);
     else if (rc == FAKE_E_OK) {
         it->type = FAKE_ITEM_TRANSFER;

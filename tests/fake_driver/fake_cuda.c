@@ -480,6 +480,7 @@ cu_result cuMemHostAlloc(void **host, size_t bytes, unsigned int flags)
 {
     int dev;
     FAKE_CU_BEGIN(cuMemHostAlloc);
+    FAKE_CAPTURE_SAFE();
     unsigned rc = fake_cuda_current_device(&dev);
     if (rc != FAKE_E_OK)
         return rc;
@@ -515,6 +516,7 @@ cu_result cuMemFreeHost(void *host)
 {
     int dev;
     FAKE_CU_BEGIN(cuMemFreeHost);
+    FAKE_CAPTURE_SAFE();
     unsigned rc = fake_cuda_current_device(&dev);
     return rc != FAKE_E_OK ? rc : fake_host_free(host);
 }

@@ -38,6 +38,7 @@ cu_result cuMemAlloc(cu_deviceptr *ptr, size_t bytes)
     int dev;
     uintptr_t p;
     FAKE_CU_BEGIN(cuMemAlloc);
+    FAKE_CAPTURE_SAFE();
     unsigned rc = fake_cuda_current_device(&dev);
     if (rc != FAKE_E_OK)
         return rc;
@@ -53,6 +54,7 @@ cu_result cuMemFree(cu_deviceptr ptr)
 {
     int dev;
     FAKE_CU_BEGIN(cuMemFree);
+    FAKE_CAPTURE_SAFE();
     unsigned rc = fake_cuda_current_device(&dev);
     return rc != FAKE_E_OK ? rc : fake_dmem_free((uintptr_t)ptr);
 }
@@ -62,6 +64,7 @@ cu_result cuMemAllocAsync(cu_deviceptr *ptr, size_t bytes, cu_stream stream)
     uintptr_t p;
     FAKE_CU_BEGIN(cuMemAllocAsync);
     FAKE_CU_ENQUEUE(stream);
+    FAKE_CAPTURE_UNSUPPORTED(stream, "allocated in stream order");
     if (!fake_cfg()->memory_pools)
         return FAKE_E_NOT_SUPPORTED;
     if (ptr == NULL)
@@ -76,6 +79,7 @@ cu_result cuMemFreeAsync(cu_deviceptr ptr, cu_stream stream)
 {
     FAKE_CU_BEGIN(cuMemFreeAsync);
     FAKE_CU_ENQUEUE(stream);
+    FAKE_CAPTURE_UNSUPPORTED(stream, "freed in stream order");
     if (!fake_cfg()->memory_pools)
         return FAKE_E_NOT_SUPPORTED;
     return fake_dmem_free_async(stream, (uintptr_t)ptr);

@@ -122,13 +122,29 @@ static void fake_unregister(const void *h)
     fake_handles.live--;
 }
 
+bool fake_handle_add(const void *h)
+{
+    return fake_register(h);
+}
+
+void fake_handle_remove(const void *h)
+{
+    fake_unregister(h);
+}
+
+bool fake_handle_valid(const void *h)
+{
+    return fake_registered(h);
+}
+
 /* ---- Objects -------------------------------------------------------- */
 
 typedef struct fake_event {
     int kind;
     int device;
     unsigned flags;
-    fake_mark *mark; /* NULL until recorded */
+    fake_mark *mark;        /* NULL until recorded */
+    fake_event_capture cap; /* its last record, when inside a capture */
 } fake_event;
 
 fake_stream *fake_find_stream(void *h)
@@ -145,7 +161,7 @@ static fake_event *fake_find_event(void *h)
                : NULL;
 }
 
-static void fake_mark_unref(fake_mark *m)
+void fake_mark_unref(fake_mark *m)
 {
     if (m != NULL && --m->refs == 0)
         free(m);
@@ -163,7 +179,7 @@ void fake_stream_unref(fake_stream *s)
     free(s);
 }
 
-static void fake_item_free(fake_item *it)
+void fake_item_free(fake_item *it)
 {
     fake_access_leave(it);
     if (it->type == FAKE_ITEM_RECORD || it->type == FAKE_ITEM_WAIT_MARK)
@@ -177,6 +193,26 @@ static void fake_item_free(fake_item *it)
     else if (it->type == FAKE_ITEM_WAIT_STREAM)
         fake_stream_unref(it->u.behind.stream);
     free(it);
+}
+
+/* Only the kinds of items a capture takes: copies and fills, host
+ * functions, callbacks and value waits. */
+fake_item *fake_item_clone(const fake_item *it)
+{
+    fake_item *copy = malloc(sizeof *copy);
+    if (copy == NULL)
+        return NULL;
+    *copy = *it;
+    copy->next = NULL;
+    if (it->type == FAKE_ITEM_WAIT_VALUE) {
+        it->u.wait.alloc->refs++;
+    } else if (it->type == FAKE_ITEM_TRANSFER) {
+        if (it->u.xfer.dst.pinned != NULL)
+            it->u.xfer.dst.pinned->refs++;
+        if (it->u.xfer.src.pinned != NULL)
+            it->u.xfer.src.pinned->refs++;
+    }
+    return copy;
 }
 
 /* ---- Running items (worker thread, fake_lock held) ------------------ */
@@ -354,6 +390,7 @@ unsigned fake_stream_create(int device, unsigned flags, void **out)
 /* As CUDA documents: work still pending completes, then the resources go. */
 static void fake_stream_end(fake_stream *s)
 {
+    fake_capture_stream_gone(s);
     fake_unregister(s);
     if ((s->flags & FAKE_STREAM_SPECIAL) == 0)
         fake_live_streams--;
@@ -396,7 +433,10 @@ unsigned fake_stream_query(void *h)
 {
     pthread_mutex_lock(&fake_lock);
     fake_stream *s = fake_find_stream(h);
-    unsigned rc = s == NULL                      ? FAKE_E_INVALID_HANDLE
+    unsigned rc = s == NULL ? FAKE_E_INVALID_HANDLE
+                  : s->capture
+                      ? fake_capture_illegal(s, FAKE_E_CAPTURE_UNSUPPORTED,
+                                             "queried a capturing stream")
                   : s->sticky != 0               ? s->sticky
                   : s->completed == s->submitted ? FAKE_E_OK
                                                  : FAKE_E_NOT_READY;
@@ -408,9 +448,13 @@ unsigned fake_stream_synchronize(void *h)
 {
     pthread_mutex_lock(&fake_lock);
     fake_stream *s = fake_find_stream(h);
-    if (s == NULL) {
+    if (s == NULL || s->capture != NULL) {
+        unsigned rc =
+            s == NULL ? FAKE_E_INVALID_HANDLE
+                      : fake_capture_illegal(s, FAKE_E_CAPTURE_UNSUPPORTED,
+                                             "synchronized a capturing stream");
         pthread_mutex_unlock(&fake_lock);
-        return FAKE_E_INVALID_HANDLE;
+        return rc;
     }
     uint64_t target = s->submitted; /* work enqueued before this call */
     s->refs++; /* the stream may be destroyed and drained meanwhile */
@@ -520,16 +564,20 @@ static bool fake_is_blocking(const fake_stream *s)
     return (s->flags & FAKE_STREAM_NON_BLOCKING) == 0 && !fake_is_legacy(s);
 }
 
+/* The worker waits only while the stream is empty: waking it once, on the
+ * first item, spares a graph launch a wake-up per node. */
 static void fake_append(fake_stream *s, fake_item *it)
 {
     it->next = NULL;
+    bool was_empty = s->head == NULL;
     if (s->tail != NULL)
         s->tail->next = it;
     else
         s->head = it;
     s->tail = it;
     s->submitted++;
-    pthread_cond_signal(&s->wake);
+    if (was_empty && !s->quiet)
+        pthread_cond_signal(&s->wake);
 }
 
 /* Waits on `s` until `other` has completed what was submitted to it so
@@ -590,6 +638,8 @@ static void fake_run_inline(fake_stream *s, fake_item *it)
 
 void fake_enqueue(fake_stream *s, fake_item *it)
 {
+    if (fake_capture_take(s, it))
+        return; /* captured: runs when a graph of it is launched */
     fake_implicit_waits(s);
     if (fake_cfg()->instant && s->head == NULL && s->running == NULL &&
         fake_item_instant(it)) {
@@ -607,12 +657,13 @@ unsigned fake_begin_item(void *h, fake_stream **s, fake_item **it)
         return FAKE_E_OUT_OF_MEMORY;
     pthread_mutex_lock(&fake_lock);
     *s = fake_find_stream(h);
-    if (*s != NULL && !fake_wait_for_room(*s))
-        *s = NULL;
-    if (*s == NULL) {
+    unsigned rc = *s == NULL ? FAKE_E_INVALID_HANDLE : fake_capture_admit(*s);
+    if (rc == FAKE_E_OK && (*s)->capture == NULL && !fake_wait_for_room(*s))
+        rc = FAKE_E_INVALID_HANDLE;
+    if (rc != FAKE_E_OK) {
         pthread_mutex_unlock(&fake_lock);
         free(*it);
-        return FAKE_E_INVALID_HANDLE;
+        return rc;
     }
     (*it)->entry = fake_current_entry_name();
     return FAKE_E_OK;
@@ -695,10 +746,11 @@ unsigned fake_stream_wait_event(void *sh, void *eh)
     if (rc != FAKE_E_OK)
         return rc;
     fake_event *e = fake_find_event(eh);
-    if (e == NULL || e->mark == NULL) {
+    rc = e == NULL ? FAKE_E_INVALID_HANDLE : fake_capture_wait(s, &e->cap);
+    if (rc != FAKE_CAPTURE_PASS || e->mark == NULL) {
         pthread_mutex_unlock(&fake_lock);
         free(it);
-        return e == NULL ? FAKE_E_INVALID_HANDLE : FAKE_E_OK;
+        return rc == FAKE_CAPTURE_PASS ? FAKE_E_OK : rc;
     }
     e->mark->refs++;
     it->type = FAKE_ITEM_WAIT_MARK;
@@ -740,6 +792,7 @@ unsigned fake_event_destroy(void *h)
     if (e != NULL) {
         fake_unregister(e);
         fake_live_events--;
+        fake_capture_forget(&e->cap);
         fake_mark_unref(e->mark);
         free(e);
     }
@@ -775,9 +828,18 @@ unsigned fake_event_record(void *eh, void *sh)
         free(m);
         return FAKE_E_INVALID_HANDLE;
     }
+    fake_mark_unref(e->mark);
+    if (s->capture != NULL) { /* a point of the capture, not a node */
+        e->mark = NULL;
+        fake_capture_record(&e->cap, s);
+        pthread_mutex_unlock(&fake_lock);
+        free(it);
+        free(m);
+        return FAKE_E_OK;
+    }
+    fake_capture_forget(&e->cap);
     m->refs = 2; /* the event's and the record item's */
     m->stream = s;
-    fake_mark_unref(e->mark);
     e->mark = m;
     it->type = FAKE_ITEM_RECORD;
     it->u.mark = m;
@@ -790,10 +852,11 @@ unsigned fake_event_query(void *h)
 {
     pthread_mutex_lock(&fake_lock);
     fake_event *e = fake_find_event(h);
-    unsigned rc = e == NULL         ? FAKE_E_INVALID_HANDLE
-                  : e->mark == NULL ? FAKE_E_OK
-                  : e->mark->done   ? e->mark->error
-                                    : FAKE_E_NOT_READY;
+    unsigned rc = e == NULL                ? FAKE_E_INVALID_HANDLE
+                  : e->cap.capture != NULL ? fake_capture_event_use(&e->cap)
+                  : e->mark == NULL        ? FAKE_E_OK
+                  : e->mark->done          ? e->mark->error
+                                           : FAKE_E_NOT_READY;
     pthread_mutex_unlock(&fake_lock);
     return rc;
 }
@@ -802,9 +865,12 @@ unsigned fake_event_synchronize(void *h)
 {
     pthread_mutex_lock(&fake_lock);
     fake_event *e = fake_find_event(h);
-    if (e == NULL || e->mark == NULL) {
+    if (e == NULL || e->mark == NULL || e->cap.capture != NULL) {
+        unsigned rc = e == NULL                ? FAKE_E_INVALID_HANDLE
+                      : e->cap.capture != NULL ? fake_capture_event_use(&e->cap)
+                                               : FAKE_E_OK;
         pthread_mutex_unlock(&fake_lock);
-        return e == NULL ? FAKE_E_INVALID_HANDLE : FAKE_E_OK;
+        return rc;
     }
     fake_mark *m = e->mark; /* the event may be destroyed meanwhile */
     m->refs++;
@@ -818,6 +884,8 @@ unsigned fake_event_synchronize(void *h)
 
 static unsigned fake_timing_mark(fake_event *e, fake_mark **m)
 {
+    if (e != NULL && e->cap.capture != NULL)
+        return fake_capture_event_use(&e->cap);
     if (e == NULL || e->mark == NULL ||
         (e->flags & FAKE_EVENT_DISABLE_TIMING) != 0)
         return FAKE_E_INVALID_HANDLE;
@@ -880,6 +948,8 @@ FAKE_EXPORT int fake_gpu_live(const char *kind)
         n = fake_device_allocs();
     else if (strcmp(kind, "device_bytes") == 0)
         n = fake_device_bytes() > INT_MAX ? INT_MAX : (int)fake_device_bytes();
+    else if (strcmp(kind, "graph") == 0 || strcmp(kind, "graph_exec") == 0)
+        n = fake_graphs_live(kind[5] != '\0');
     pthread_mutex_unlock(&fake_lock);
     return n;
 }

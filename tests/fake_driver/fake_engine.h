@@ -146,6 +146,14 @@ typedef struct fake_item {
     } u;
 } fake_item;
 
+/* The nodes a stream's (or an event's) next captured node depends on. */
+typedef struct fake_deps {
+    int *ids;
+    int n;
+} fake_deps;
+
+struct fake_capture; /* fake_graph.c */
+
 typedef struct fake_stream {
     int kind;
     int device;
@@ -160,9 +168,33 @@ typedef struct fake_stream {
     unsigned pending_fault; /* fails the next item (fake_gpu_async_error) */
     bool destroyed;         /* by the user; the worker drains, then frees */
     struct fake_stream *next_all; /* every stream not yet freed */
+    /* Stream capture (fake_graph.c): the capture the stream takes part in
+     * (held), NULL when none, and what its next node depends on. */
+    struct fake_capture *capture;
+    fake_deps deps;
+    /* A graph launch appends its nodes without waking the worker, which
+     * it wakes once at the end (fake_graph.c). */
+    bool quiet;
 } fake_stream;
 
+/* What an event's last record inside a capture left (fake_graph.c). */
+typedef struct fake_event_capture {
+    struct fake_capture *capture; /* held; NULL: last recorded outside */
+    fake_deps deps;
+} fake_event_capture;
+
 /* ---- fake_engine.c -------------------------------------------------- */
+
+/* The handle registry, for the graph objects of fake_graph.c too. */
+bool fake_handle_add(const void *h);
+void fake_handle_remove(const void *h);
+bool fake_handle_valid(const void *h);
+/* Drops an item and the references it holds. */
+void fake_item_free(fake_item *it);
+/* A copy of a captured item with references of its own (graph launch);
+ * NULL when out of memory. */
+fake_item *fake_item_clone(const fake_item *it);
+void fake_mark_unref(fake_mark *m);
 
 /* The stream a handle names, or NULL (stale or foreign handle). */
 fake_stream *fake_find_stream(void *h);
@@ -200,6 +232,33 @@ void fake_sync_device(int device);
 /* Waits until `s` has finished the work submitted before the call; false
  * when that would hang (after FAKE_GPU_HANG_SECONDS). */
 bool fake_drain_stream(fake_stream *s);
+
+/* ---- fake_graph.c ---------------------------------------------------
+ * Stream capture with the real drivers' rules (README, "Stream capture
+ * and graphs").  An illegal call returns its error, records a violation
+ * and invalidates the captures it conflicts with. */
+
+/* For an item about to be enqueued on s: 0, or the error that refuses it
+ * (its capture was invalidated; an enqueue on the legacy stream while a
+ * blocking stream of its device captures). */
+unsigned fake_capture_admit(fake_stream *s);
+/* When s captures: adds `it` as a node (taking it over) and returns true. */
+bool fake_capture_take(fake_stream *s, fake_item *it);
+/* The call named by the current entry point did something a capture of
+ * s forbids (`why`): invalidates it, records the violation, returns code. */
+unsigned fake_capture_illegal(fake_stream *s, unsigned code, const char *why);
+/* Event records, waits and queries against captures. */
+void fake_capture_record(fake_event_capture *ec, fake_stream *s);
+void fake_capture_forget(fake_event_capture *ec);
+/* A wait of s for an event: FAKE_CAPTURE_PASS when no capture is
+ * involved (an ordinary wait), else its outcome: 0 (a dependency of the
+ * capture) or an error. */
+enum { FAKE_CAPTURE_PASS = 0x7fffffff };
+unsigned fake_capture_wait(fake_stream *s, fake_event_capture *ec);
+/* An operation on an event whose last record is in a capture: 907. */
+unsigned fake_capture_event_use(fake_event_capture *ec);
+/* A destroyed stream leaves its capture, which is invalidated. */
+void fake_capture_stream_gone(fake_stream *s);
 
 /* ---- fake_callbacks.c ----------------------------------------------- */
 

@@ -74,6 +74,23 @@
             return fake_rx_;                                                   \
     } while (0)
 
+/* A potentially unsafe call (allocation or a free that is not stream
+ * ordered) returns the error a capture that forbids it gives
+ * (fake_capture_unsafe_call). */
+#define FAKE_CAPTURE_SAFE()                                                    \
+    do {                                                                       \
+        unsigned fake_rcap_ = fake_capture_unsafe_call();                      \
+        if (fake_rcap_ != 0)                                                   \
+            return fake_rcap_;                                                 \
+    } while (0)
+/* Work the fake does not capture, on a capturing stream: refused. */
+#define FAKE_CAPTURE_UNSUPPORTED(stream, what)                                 \
+    do {                                                                       \
+        unsigned fake_rcap_ = fake_capture_unsupported(stream, what);          \
+        if (fake_rcap_ != 0)                                                   \
+            return fake_rcap_;                                                 \
+    } while (0)
+
 /* CU_STREAM_LEGACY (0x1) and CU_STREAM_PER_THREAD (0x2): those of the
  * current context's device (INVALID_CONTEXT without one).  Any other
  * handle is passed on as it is, 0 included: CUDA's NULL stream is the

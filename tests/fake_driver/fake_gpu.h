@@ -35,6 +35,16 @@ enum {
     FAKE_E_LAUNCH_FAILED = 719,
     FAKE_E_NOT_PERMITTED = 800, /* CUDA only (HIP has no such code) */
     FAKE_E_NOT_SUPPORTED = 801,
+    /* Stream capture (the same values in CUDA and HIP). */
+    FAKE_E_CAPTURE_UNSUPPORTED = 900,
+    FAKE_E_CAPTURE_INVALIDATED = 901,
+    FAKE_E_CAPTURE_MERGE = 902,
+    FAKE_E_CAPTURE_UNMATCHED = 903,
+    FAKE_E_CAPTURE_UNJOINED = 904,
+    FAKE_E_CAPTURE_ISOLATION = 905,
+    FAKE_E_CAPTURE_IMPLICIT = 906,
+    FAKE_E_CAPTURED_EVENT = 907,
+    FAKE_E_CAPTURE_WRONG_THREAD = 908,
     FAKE_E_UNKNOWN = 999,
 };
 
@@ -79,8 +89,10 @@ enum {
     X(cuGetProcAddress)                                                        \
     X(cuDeviceTotalMem)                                                        \
     X(cuStreamSynchronize)                                                     \
+    X(cuStreamIsCapturing)                                                     \
     X(hipDeviceTotalMem)                                                       \
-    X(hipStreamSynchronize)
+    X(hipStreamSynchronize)                                                    \
+    X(hipStreamIsCapturing)
 
 #define FAKE_ID_CU(name, version, kind, ret, params) FAKE_ID_##name,
 #define FAKE_ID_HIP(name, kind, ret, params) FAKE_ID_##name,
@@ -288,6 +300,34 @@ unsigned fake_copy_2d(void *stream, const fake_side *dst, const fake_side *src,
 /* Fills `count` elements of `size` (1, 2 or 4) bytes with `value`. */
 unsigned fake_fill(void *stream, uintptr_t dst, unsigned size, uint32_t value,
                    size_t count);
+
+/* ---- Stream capture and graphs (fake_graph.c) ------------------------
+ * Capture modes and statuses have the same values in CUDA and HIP. */
+
+enum {
+    FAKE_CAPTURE_GLOBAL = 0,
+    FAKE_CAPTURE_THREAD_LOCAL = 1,
+    FAKE_CAPTURE_RELAXED = 2,
+};
+
+unsigned fake_begin_capture(void *stream, unsigned mode);
+unsigned fake_end_capture(void *stream, void **graph);
+unsigned fake_is_capturing(void *stream, unsigned *status);
+unsigned fake_graph_instantiate(void **exec, void *graph,
+                                unsigned long long flags);
+unsigned fake_graph_launch(void *exec, void *stream);
+unsigned fake_graph_exec_destroy(void *exec);
+unsigned fake_graph_destroy(void *graph);
+/* A potentially unsafe call (allocation and frees that are not stream
+ * ordered) while a capture prohibits them for the calling thread: the
+ * error, after invalidating those captures; 0 otherwise. */
+unsigned fake_capture_unsafe_call(void);
+/* An operation the fake does not capture (stream-ordered allocation: real
+ * drivers make graph memory nodes, which the fake does not model) on a
+ * capturing stream: refused as unsupported; 0 when the stream does not
+ * capture. */
+unsigned fake_capture_unsupported(void *stream, const char *what);
+int fake_graphs_live(bool executable);
 
 #pragma GCC visibility pop
 

@@ -341,6 +341,7 @@ hip_result hipHostMalloc(void **host, size_t bytes, unsigned int flags)
     const unsigned known = 0x7u | 0xF0000000u, both = 0xC0000000u;
     int dev;
     FAKE_HIP_BEGIN(hipHostMalloc);
+    FAKE_CAPTURE_SAFE();
     if ((flags & ~known) != 0 || (flags & both) == both)
         return FAKE_E_INVALID_VALUE;
     unsigned rc = fake_hip_current_device(&dev);
@@ -360,5 +361,6 @@ hip_result hipHostGetDevicePointer(void **device, void *host,
 hip_result hipHostFree(void *host)
 {
     FAKE_HIP_BEGIN(hipHostFree);
+    FAKE_CAPTURE_SAFE();
     return host == NULL ? FAKE_E_OK : fake_host_free(host);
 }

@@ -27,6 +27,7 @@ hip_result hipMalloc(void **ptr, size_t bytes)
     int dev;
     uintptr_t p;
     FAKE_HIP_BEGIN(hipMalloc);
+    FAKE_CAPTURE_SAFE();
     if (ptr == NULL)
         return FAKE_E_INVALID_VALUE;
     if (bytes == 0) {
@@ -45,6 +46,7 @@ hip_result hipMalloc(void **ptr, size_t bytes)
 hip_result hipFree(void *ptr)
 {
     FAKE_HIP_BEGIN(hipFree);
+    FAKE_CAPTURE_SAFE();
     return ptr == NULL ? FAKE_E_OK : fake_dmem_free((uintptr_t)ptr);
 }
 
@@ -53,6 +55,7 @@ hip_result hipMallocAsync(void **ptr, size_t bytes, hip_stream stream)
     uintptr_t p;
     FAKE_HIP_BEGIN(hipMallocAsync);
     FAKE_HIP_STREAM(stream);
+    FAKE_CAPTURE_UNSUPPORTED(stream, "allocated in stream order");
     if (!fake_cfg()->memory_pools)
         return FAKE_E_NOT_SUPPORTED;
     if (ptr == NULL)
@@ -71,6 +74,7 @@ hip_result hipFreeAsync(void *ptr, hip_stream stream)
 {
     FAKE_HIP_BEGIN(hipFreeAsync);
     FAKE_HIP_STREAM(stream);
+    FAKE_CAPTURE_UNSUPPORTED(stream, "freed in stream order");
     if (!fake_cfg()->memory_pools)
         return FAKE_E_NOT_SUPPORTED;
     return ptr == NULL ? FAKE_E_OK

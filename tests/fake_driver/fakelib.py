@@ -30,6 +30,12 @@ SUCCESS, INVALID_VALUE, OUT_OF_MEMORY, NOT_INITIALIZED = 0, 1, 2, 3
 NO_DEVICE, INVALID_DEVICE, INVALID_CONTEXT, INVALID_HANDLE = 100, 101, 201, 400
 NOT_FOUND, NOT_READY, ILLEGAL_ADDRESS, LAUNCH_FAILED = 500, 600, 700, 719
 NOT_PERMITTED, NOT_SUPPORTED = 800, 801
+# Stream capture (the same values in CUDA and HIP).
+CAPTURE_UNSUPPORTED, CAPTURE_INVALIDATED, CAPTURE_MERGE = 900, 901, 902
+CAPTURE_UNMATCHED, CAPTURE_UNJOINED, CAPTURE_ISOLATION = 903, 904, 905
+CAPTURE_IMPLICIT, CAPTURED_EVENT, CAPTURE_WRONG_THREAD = 906, 907, 908
+MODE_GLOBAL, MODE_THREAD_LOCAL, MODE_RELAXED = 0, 1, 2
+STATUS_NONE, STATUS_ACTIVE, STATUS_INVALIDATED = 0, 1, 2
 NON_BLOCKING, DISABLE_TIMING, PORTABLE, DEVICEMAP, WAIT_EQ = 1, 2, 1, 2, 1
 BLOCKING_SYNC = 1
 
@@ -95,6 +101,13 @@ SIGNATURES = {
     "cuDeviceGetDefaultMemPool": [P, INT],
     "cuMemPoolSetAttribute": [P, U, P],
     "cuMemPoolSetAccess": [P, P, SIZE],
+    "cuStreamBeginCapture_v2": [P, U],
+    "cuStreamEndCapture": [P, P],
+    "cuStreamIsCapturing": [P, P],
+    "cuGraphInstantiateWithFlags": [P, P, U64],
+    "cuGraphLaunch": [P, P],
+    "cuGraphExecDestroy": [P],
+    "cuGraphDestroy": [P],
     # HIP
     "hipInit": [U],
     "hipGetDeviceCount": [P],
@@ -139,6 +152,13 @@ SIGNATURES = {
     "hipDeviceGetDefaultMemPool": [P, INT],
     "hipMemPoolSetAttribute": [P, U, P],
     "hipMemPoolSetAccess": [P, P, SIZE],
+    "hipStreamBeginCapture": [P, U],
+    "hipStreamEndCapture": [P, P],
+    "hipStreamIsCapturing": [P, P],
+    "hipGraphInstantiateWithFlags": [P, P, U64],
+    "hipGraphLaunch": [P, P],
+    "hipGraphExecDestroy": [P],
+    "hipGraphDestroy": [P],
     # Control API
     "fake_gpu_fail": [ctypes.c_char_p, INT, INT],
     "fake_gpu_reset": [],
@@ -488,6 +508,38 @@ class Api:
             RELEASE_THRESHOLD,
             ref(v),
         )
+
+    # Stream capture and graphs: results (rc, value) where a value comes
+    # back.
+
+    def begin_capture(self, s, mode=MODE_RELAXED):
+        return self.call("cuStreamBeginCapture_v2", "hipStreamBeginCapture", s, mode)
+
+    def end_capture(self, s):
+        g = P()
+        rc = self.call("cuStreamEndCapture", "hipStreamEndCapture", s, ref(g))
+        return rc, g
+
+    def capture_status(self, s):
+        status = ctypes.c_uint(99)
+        rc = self.call("cuStreamIsCapturing", "hipStreamIsCapturing", s, ref(status))
+        return rc, status.value
+
+    def instantiate(self, g):
+        e = P()
+        rc = self.call(
+            "cuGraphInstantiateWithFlags", "hipGraphInstantiateWithFlags", ref(e), g, 0
+        )
+        return rc, e
+
+    def launch(self, e, s):
+        return self.call("cuGraphLaunch", "hipGraphLaunch", e, s)
+
+    def graph_destroy(self, g):
+        return self.call("cuGraphDestroy", "hipGraphDestroy", g)
+
+    def exec_destroy(self, e):
+        return self.call("cuGraphExecDestroy", "hipGraphExecDestroy", e)
 
     def wait_value(self, s, addr, value):
         if self.api == "cuda":
