@@ -1112,60 +1112,47 @@ static int load_dtypes(binding_state *st)
     return 0;
 }
 
-/* MAX 26.7's Usage (a nanobind enum.Flag) lists DEFAULT among its members
- * (len(Usage) == 3; enum.Flag leaves a 0-valued member out of iteration)
- * and reprs as it prints (Usage.STAGING). */
-static int usage_as_max_s(PyObject *type)
-{
-    PyObject *names = PyObject_GetAttrString(type, "_member_names_");
-    PyObject *name = PyUnicode_FromString("DEFAULT");
-    int present = names && name ? PySequence_Contains(names, name) : -1;
-    int rc = present < 0                       ? -1
-             : present || !PyList_Check(names) ? 0
-                                               : PyList_Insert(names, 0, name);
-    Py_XDECREF(name);
-    Py_XDECREF(names);
-    PyObject *str = rc == 0 ? PyObject_GetAttrString(type, "__str__") : NULL;
-    if (str == NULL || PyObject_SetAttrString(type, "__repr__", str) < 0)
-        rc = -1;
-    Py_XDECREF(str);
-    return rc;
-}
+/* Usage, an enum.Flag with MAX's members, defined in Python: a class
+ * statement is the clear way to give an enum a method.  As MAX 26.7's (a
+ * nanobind enum.Flag): DEFAULT is listed among the members (len(Usage) ==
+ * 3, where enum.Flag leaves a 0-valued member out of iteration), repr() is
+ * str() (Usage.STAGING), and a negative value is refused (enum.Flag would
+ * take -1 as the complement of 0). */
+static const char usage_source[] =
+    "import enum\n"
+    "class Usage(enum.Flag):\n"
+    "    \"\"\"How a buffer's memory is allocated and ordered: DEFAULT, the\n"
+    "    device's own memory; STAGING, on an accelerator pinned host memory\n"
+    "    mapped into the device (on the CPU, ordinary memory); UNTRACKED, no\n"
+    "    hazard record: copies are ordered by queue order only and host\n"
+    "    access waits for nothing (item() waits for the buffer's queue).\"\"\"\n"
+    "    DEFAULT = 0\n"
+    "    STAGING = 1\n"
+    "    UNTRACKED = 2\n"
+    "    __repr__ = enum.Flag.__str__\n"
+    "    @classmethod\n"
+    "    def _missing_(cls, value):\n"
+    "        if isinstance(value, int) and value < 0:\n"
+    "            raise ValueError(f'{value!r} is not a valid Usage')\n"
+    "        return super()._missing_(value)\n"
+    "if 'DEFAULT' not in Usage._member_names_:\n"
+    "    Usage._member_names_.insert(0, 'DEFAULT')\n";
 
-/* Usage, an enum.Flag with MAX's members. */
 static PyObject *new_usage_type(void)
 {
-    PyObject *enum_module = PyImport_ImportModule("enum");
-    if (enum_module == NULL)
+    PyObject *globals = Py_BuildValue("{s:s}", "__name__", "max._core.driver");
+    if (globals == NULL)
         return NULL;
-    PyObject *flag = PyObject_GetAttrString(enum_module, "Flag");
-    Py_DECREF(enum_module);
-    PyObject *members =
-        flag ? Py_BuildValue("[(si)(si)(si)]", "DEFAULT", BUFFER_USAGE_DEFAULT,
-                             "STAGING", BUFFER_USAGE_STAGING, "UNTRACKED",
-                             BUFFER_USAGE_UNTRACKED)
-             : NULL;
-    PyObject *kwargs =
-        members ? Py_BuildValue("{s:s}", "module", "max._core.driver") : NULL;
-    PyObject *args = kwargs ? Py_BuildValue("(sO)", "Usage", members) : NULL;
-    PyObject *type = args ? PyObject_Call(flag, args, kwargs) : NULL;
-    Py_XDECREF(args);
-    Py_XDECREF(kwargs);
-    Py_XDECREF(members);
-    Py_XDECREF(flag);
-    PyObject *doc =
-        type ? PyUnicode_FromString(
-                   "How a buffer's memory is allocated and ordered: DEFAULT, "
-                   "the device's own memory; STAGING, on an accelerator "
-                   "pinned host memory mapped into the device (on the CPU, "
-                   "ordinary memory); UNTRACKED, no hazard record: copies "
-                   "are ordered by queue order only and host access waits "
-                   "for nothing (item() waits for the buffer's queue).")
-             : NULL;
-    if (doc == NULL || PyObject_SetAttrString(type, "__doc__", doc) < 0 ||
-        usage_as_max_s(type) < 0)
-        Py_CLEAR(type);
-    Py_XDECREF(doc);
+    PyObject *type = NULL;
+    if (PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins()) ==
+        0) {
+        PyObject *done =
+            PyRun_String(usage_source, Py_file_input, globals, globals);
+        type = done ? PyDict_GetItemString(globals, "Usage") : NULL;
+        Py_XINCREF(type);
+        Py_XDECREF(done);
+    }
+    Py_DECREF(globals);
     return type;
 }
 

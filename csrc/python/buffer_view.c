@@ -413,6 +413,27 @@ static int access_element(BufferObject *b, int64_t offset, void *element,
     return 0;
 }
 
+static int refuse_slices(void)
+{
+    PyErr_SetString(PyExc_TypeError,
+                    "Buffer assignment takes one integer index per dimension "
+                    "(slices are not supported)");
+    return -1;
+}
+
+/* A slice as the key or as an entry of a tuple or list of them. */
+static bool has_slice(PyObject *key)
+{
+    if (PySlice_Check(key))
+        return true;
+    if (!PyTuple_Check(key) && !PyList_Check(key))
+        return false;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(key); i++)
+        if (PySlice_Check(PySequence_Fast_GET_ITEM(key, i)))
+            return true;
+    return false;
+}
+
 int binding_buffer_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
 {
     BufferObject *b = as_buffer(self);
@@ -420,18 +441,19 @@ int binding_buffer_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
         PyErr_SetString(PyExc_TypeError, "Buffer elements cannot be deleted");
         return -1;
     }
+    /* A slice is an index of the wrong type (TypeError, as MAX), refused
+     * before parsing so that a slice with step 0 is refused for that too
+     * (and after, for a slice inside another kind of sequence). */
+    if (has_slice(key))
+        return refuse_slices();
     mxd_index entries[MXD_MAX_RANK];
     int count = parse_key("Buffer assignment", key, entries);
     if (count < 0)
         return -1;
     int64_t indices[MXD_MAX_RANK];
     for (int i = 0; i < count; i++) {
-        if (entries[i].is_slice) {
-            PyErr_SetString(PyExc_ValueError,
-                            "Buffer assignment takes one integer index per "
-                            "dimension (slices are not supported)");
-            return -1;
-        }
+        if (entries[i].is_slice)
+            return refuse_slices();
         indices[i] = entries[i].value;
     }
     mxd_layout layout = binding_buffer_layout(b);

@@ -28,6 +28,8 @@ from max._core.driver import (
     __unsafe_pack_py_host_func as __unsafe_pack_py_host_func,
 )
 
+from .buffer import _ChunkedStagingRegion as _ChunkedStagingRegion
+from .buffer import load_max_buffer
 from .driver import (
     CPU,
     Accelerator,
@@ -96,6 +98,7 @@ __all__ = [
     "is_virtual_device_mode",
     "launch_trace",
     "load_devices",
+    "load_max_buffer",
     "scan_available_devices",
     "set_virtual_cpu_target",
     "set_virtual_device_api",
