@@ -99,6 +99,7 @@ def load_max_buffer(path: os.PathLike[str] | str) -> Buffer:
     count = 1
     for n in shape:
         count *= n
-    raw = Buffer.mmap(path, DType.uint8, (count * dtype.size_in_bytes,), mode="r",
-                      offset=offset)
+    raw = Buffer.mmap(
+        path, DType.uint8, (count * dtype.size_in_bytes,), mode="r", offset=offset
+    )
     return raw.view(dtype, shape)
