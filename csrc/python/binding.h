@@ -83,6 +83,7 @@ typedef struct binding_state {
     /* Usage(i) for every combination of DEFAULT, STAGING, UNTRACKED. */
     PyObject *usages[BUFFER_USAGES];
     PyTypeObject *completion_type; /* HostHazardCompletion */
+    PyTypeObject *symmetric_type;  /* SymmetricPool */
     PyObject *cpu;                 /* the one CPU Device object */
     PyObject **accelerators;       /* per id, created on first use */
     int accelerator_count;
@@ -187,6 +188,7 @@ PyObject *binding_take_launch_trace(PyObject *module, PyObject *unused);
 /* The methods the Buffer type lists (buffer.c), from the other files. */
 PyObject *binding_buffer_subscript(PyObject *self, PyObject *key);
 PyObject *binding_buffer_sq_item(PyObject *self, Py_ssize_t i);
+PyObject *binding_buffer_iter(PyObject *self);
 int binding_buffer_ass_subscript(PyObject *self, PyObject *key,
                                  PyObject *value);
 PyObject *binding_buffer_item(PyObject *self, PyObject *unused);
@@ -349,6 +351,7 @@ int binding_add_queue_type(PyObject *module, binding_state *st);
 int binding_add_event_type(PyObject *module, binding_state *st);
 int binding_add_flag_type(PyObject *module, binding_state *st);
 int binding_add_region_type(PyObject *module, binding_state *st);
+int binding_add_symmetric_type(PyObject *module, binding_state *st);
 
 /* ---- Cross-type helpers ------------------------------------------------- */
 

@@ -1052,6 +1052,7 @@ static PyType_Slot buffer_slots[] = {
     {Py_tp_getset, buffer_getset},
     {Py_mp_subscript, binding_buffer_subscript},
     {Py_sq_item, binding_buffer_sq_item},
+    {Py_tp_iter, binding_buffer_iter},
     {Py_mp_ass_subscript, binding_buffer_ass_subscript},
     {Py_bf_getbuffer, binding_buffer_getbuffer},
     {Py_bf_releasebuffer, binding_buffer_releasebuffer},
@@ -1125,7 +1126,8 @@ static const char usage_source[] =
     "    device's own memory; STAGING, on an accelerator pinned host memory\n"
     "    mapped into the device (on the CPU, ordinary memory); UNTRACKED, no\n"
     "    hazard record: copies are ordered by queue order only and host\n"
-    "    access waits for nothing (item() waits for the buffer's queue).\"\"\"\n"
+    "    access waits for nothing (item() waits for the buffer's "
+    "queue).\"\"\"\n"
     "    DEFAULT = 0\n"
     "    STAGING = 1\n"
     "    UNTRACKED = 2\n"

@@ -125,14 +125,25 @@ PyObject *binding_buffer_subscript(PyObject *self, PyObject *key)
  * Buffer, a rank-1 buffer iterates one rank-0 view per element (ending at
  * the IndexError past its end); iterating any other rank raises
  * ValueError, as buf[0] does there in MAX. */
+static PyObject *refuse_iteration(int rank)
+{
+    return PyErr_Format(PyExc_ValueError,
+                        "only a rank-1 Buffer iterates (one element view per "
+                        "index); this one has rank %d",
+                        rank);
+}
+
+PyObject *binding_buffer_iter(PyObject *self)
+{
+    int rank = buffer_rank(as_buffer(self));
+    return rank == 1 ? PySeqIter_New(self) : refuse_iteration(rank);
+}
+
 PyObject *binding_buffer_sq_item(PyObject *self, Py_ssize_t i)
 {
     int rank = buffer_rank(as_buffer(self));
     if (rank != 1)
-        return PyErr_Format(PyExc_ValueError,
-                            "only a rank-1 Buffer iterates (one element "
-                            "view per index); this one has rank %d",
-                            rank);
+        return refuse_iteration(rank);
     PyObject *key = PyLong_FromSsize_t(i);
     PyObject *view = key ? binding_buffer_subscript(self, key) : NULL;
     Py_XDECREF(key);

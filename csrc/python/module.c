@@ -253,6 +253,7 @@ static int module_exec(PyObject *module)
         binding_add_event_type(module, st) < 0 ||
         binding_add_flag_type(module, st) < 0 ||
         binding_add_region_type(module, st) < 0 ||
+        binding_add_symmetric_type(module, st) < 0 ||
         binding_add_completion_type(module, st) < 0 ||
         binding_add_buffer_types(module, st) < 0 ||
         binding_add_trace_type(module, st) < 0 ||

@@ -20,6 +20,7 @@ from max._core.driver import (
 )
 from max._core.driver import (
     HostHazardError,
+    SymmetricPool,
     batch_inplace_copy,
     copy_pinned_to_destinations,
     enable_all_peer_access,
@@ -79,6 +80,7 @@ __all__ = [
     "DeviceSpec",
     "HostHazardError",
     "LaunchTraceEntry",
+    "SymmetricPool",
     "Usage",
     "accelerator_api",
     "accelerator_architecture_name",
