@@ -405,9 +405,13 @@ static PyObject *device_synchronize(PyObject *self, PyObject *const *args,
     binding_wait w;
     binding_wait_init(&w, timeout);
     mxd_error err;
-    binding_wait_release_gil(&w);
-    mxd_status status = mxd_device_synchronize(dev_of(self), &w.wait, &err);
-    binding_wait_acquire_gil(&w);
+    mxd_status status = MXD_OK;
+    /* Idle: nothing to wait for, and no GIL round trip to pay for it. */
+    if (!mxd_device_is_idle(dev_of(self))) {
+        binding_wait_release_gil(&w);
+        status = mxd_device_synchronize(dev_of(self), &w.wait, &err);
+        binding_wait_acquire_gil(&w);
+    }
     if (status != MXD_OK)
         return binding_raise(&err);
     Py_RETURN_NONE;
