@@ -1,8 +1,8 @@
 """Measures one ``max.driver`` on the CPU and prints the figures as JSON:
 the probe ``python -m benchmarks --vs-max`` runs once under this project
 and once under Modular's MAX 26.7 wheel, each in its own interpreter (both
-packages are named ``max``).  It needs only NumPy and the ``max`` package
-it finds, never the rest of this repository.
+packages are named ``max``).  It needs only NumPy, the ``max`` package it
+finds and cpu_copy.py next to it, never the rest of this repository.
 
 Per-call rows are ratios to a no-op C method call (``zero.bit_length()``)
 measured in the same process, interleaved and the median of several
@@ -19,7 +19,6 @@ import json
 import os
 import statistics
 import sys
-import time
 import timeit
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # no BLAS pool spinning
@@ -35,8 +34,11 @@ def _parse() -> argparse.Namespace:
 ARGS = _parse()
 if ARGS.prepend:
     sys.path.insert(0, ARGS.prepend)
+# For cpu_copy.py: last, so that nothing here can shadow what is imported.
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
+from cpu_copy import time_copies  # noqa: E402
 
 from max import driver  # noqa: E402
 from max.dtype import DType  # noqa: E402
@@ -114,31 +116,12 @@ def per_call(reps: int, number: int) -> dict[str, dict[str, float]]:
 def copy_bandwidth(reps: int, mib: int) -> dict[str, float]:
     """64 MiB ``inplace_copy_from`` + synchronize on a CPU queue: its time
     as a share of ``np.copyto``'s between aliases of the same memory."""
-    queue = driver.DeviceQueue(driver.CPU())
-    count = mib * 2**20 // 4
-    src = driver.Buffer(DType.float32, (count,), queue)
-    dst = driver.Buffer(DType.float32, (count,), queue)
-    src_np, dst_np = src.to_numpy(), dst.to_numpy()  # aliases on the CPU
-    src_np[:] = 1  # every page touched before anything is timed
-    dst_np[:] = 0
-
-    def ours() -> float:
-        start = time.perf_counter()
-        dst.inplace_copy_from(src)
-        queue.synchronize()
-        return time.perf_counter() - start
-
-    def numpy_copy() -> float:
-        start = time.perf_counter()
-        np.copyto(dst_np, src_np)
-        return time.perf_counter() - start
-
-    ours(), numpy_copy()
-    pairs = [(ours(), numpy_copy()) for _ in range(reps)]
-    assert dst_np[-1] == 1, "the copy did not reach the destination"
+    our_runs, numpy_runs = time_copies(driver, DType.float32, reps, mib)
     return {
-        "ratio": statistics.median(o / n for o, n in pairs),
-        "gbps": count * 4 / statistics.median(o for o, _ in pairs) / 1e9,
+        "ratio": statistics.median(
+            o / n for o, n in zip(our_runs, numpy_runs, strict=True)
+        ),
+        "gbps": mib * 2**20 / statistics.median(our_runs) / 1e9,
     }
 
 
