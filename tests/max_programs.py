@@ -481,6 +481,17 @@ class Gen:
     def buf(self, var: int) -> BufModel:
         return self.p.models[var]
 
+    def copy_of(self, m: BufModel) -> BufModel:
+        """A C-contiguous copy of m in new storage, on m's default queue."""
+        return BufModel(
+            m.dtype,
+            new_layout(m.dtype, m.shape),
+            self.p.new_storage(),
+            m.defined,
+            "copy",
+            m.default_queue,
+        )
+
     def fresh(
         self,
         dtype: str,
@@ -717,14 +728,7 @@ class Gen:
             return self.create()
         m = self.buf(var)
         kind = self.rng.choice(["contiguous", "copy", "copy-cpu", "to-cpu", "to-list"])
-        model = BufModel(
-            m.dtype,
-            new_layout(m.dtype, m.shape),
-            self.p.new_storage(),
-            m.defined,
-            "copy",
-            m.default_queue,
-        )
+        model = self.copy_of(m)
         tags = m.tags()
         if kind == "contiguous":
             op = call(V(var), method="contiguous")
@@ -949,15 +953,14 @@ class Gen:
             kind = "attrs"  # their results are values: uninitialised here
         tags = m.tags()
         uses, reads = (var,), (m.storage,)
+
+        def reading(name: str, op: dict[str, Any], **kw: Any) -> int | None:
+            """A step that reads var's elements."""
+            kw.setdefault("uses", uses)
+            return self.p.step(name, op, tags=tags, reads=reads, read=m.defined, **kw)
+
         if kind == "item":
-            self.p.step(
-                "item",
-                call(V(var), method="item"),
-                tags=tags,
-                uses=uses,
-                reads=reads,
-                read=m.defined,
-            )
+            reading("item", call(V(var), method="item"))
         elif kind in ("to_numpy", "np.from_dlpack", "roundtrip"):
             op = (
                 call(V(var), method="to_numpy")
@@ -966,35 +969,19 @@ class Gen:
             )
             np_dtype = NUMPY_TWIN.get(m.dtype, "uint8")
             out = ArrModel(np_dtype, m.arr, m.storage, source_tags=m.tags())
-            arr = self.p.step(
-                "to_numpy" if kind == "to_numpy" else "np.from_dlpack",
-                op,
-                out=out,
-                tags=tags,
-                uses=uses,
-                reads=reads,
-                read=m.defined,
+            arr = reading(
+                "to_numpy" if kind == "to_numpy" else "np.from_dlpack", op, out=out
             )
             if kind == "roundtrip":
                 back = replace(m, origin=m.origin)
-                self.p.step(
+                reading(
                     "from_dlpack(ndarray)",
                     call(G("Buffer.from_dlpack"), V(arr)),
                     out=back,
-                    tags=tags,
                     uses=(arr,),
-                    reads=reads,
-                    read=m.defined,
                 )
         elif kind == "str":
-            self.p.step(
-                "str",
-                call(G("str"), V(var)),
-                tags=tags,
-                uses=uses,
-                reads=reads,
-                read=m.defined,
-            )
+            reading("str", call(G("str"), V(var)))
         elif kind == "repr":
             self.p.step("repr", call(G("repr"), V(var)), tags=tags, uses=uses)
         elif kind == "dlpack_device":
@@ -1007,18 +994,7 @@ class Gen:
         elif kind == "from_dlpack-self":
             copy = self.rng.choice([None, True, False])
             kw = {} if copy is None else {"copy": copy}
-            model = (
-                m
-                if not copy
-                else BufModel(
-                    m.dtype,
-                    new_layout(m.dtype, m.shape),
-                    self.p.new_storage(),
-                    m.defined,
-                    "copy",
-                    m.default_queue,
-                )
-            )
+            model = m if not copy else self.copy_of(m)
             self.p.step(
                 "from_dlpack(Buffer)",
                 call(G("Buffer.from_dlpack"), V(var), **kw),
@@ -1030,14 +1006,7 @@ class Gen:
             )
             self.p.marks[model.storage] = set(self.p.marks.get(m.storage, ()))
         elif kind == "iter":
-            self.p.step(
-                "iter",
-                {"op": "iter", "obj": V(var)},
-                tags=tags,
-                uses=uses,
-                reads=reads,
-                read=m.defined,
-            )
+            reading("iter", {"op": "iter", "obj": V(var)})
         elif kind == "len":
             self.p.step("len", call(G("len"), V(var)), tags=tags, uses=uses)
         else:

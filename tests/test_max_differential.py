@@ -148,33 +148,17 @@ def test_a_divergence_outside_the_table_is_caught(table: dict[str, Any]) -> None
     """Positive control of the comparison: an observation that differs in
     a field no entry explains is unlisted; one an entry explains is not;
     a step after a divergence in a storage is not compared again."""
+
+    def step(name: str, tags: list[str], **storage: list[int]) -> dict[str, Any]:
+        base = {"name": name, "tags": tags, "uses": [0], "reads": [], "writes": []}
+        return {**base, **storage, "out": None}
+
     program = {
         "id": "control",
         "steps": [
-            {
-                "name": "item",
-                "tags": [],
-                "uses": [0],
-                "reads": [1],
-                "writes": [],
-                "out": None,
-            },
-            {
-                "name": "setitem",
-                "tags": ["pending:fill"],
-                "uses": [0],
-                "reads": [],
-                "writes": [1],
-                "out": None,
-            },
-            {
-                "name": "item",
-                "tags": [],
-                "uses": [0],
-                "reads": [1],
-                "writes": [],
-                "out": None,
-            },
+            step("item", [], reads=[1]),
+            step("setitem", ["pending:fill"], writes=[1]),
+            step("item", [], reads=[1]),
         ],
     }
     ours = [

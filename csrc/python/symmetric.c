@@ -92,16 +92,25 @@ static PyObject *pool_allocate(PyObject *cls, PyObject *const *args,
 
 static const char *const devices_names[] = {"devices"};
 
+/* The one argument of lookup() and is_supported(): devs filled, their
+ * count returned, or -1 with an exception. */
+static int parse_devices_arg(binding_state *st, const char *fname,
+                             PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames, mxd_device **devs)
+{
+    const binding_params params = {fname, devices_names, 1, 1};
+    PyObject *arg;
+    if (binding_parse_fast(&params, args, nargs, kwnames, &arg) < 0)
+        return -1;
+    return parse_devices(st, fname, arg, devs);
+}
+
 static PyObject *pool_lookup(PyObject *cls, PyObject *const *args,
                              Py_ssize_t nargs, PyObject *kwnames)
 {
     binding_state *st = binding_type_state((PyTypeObject *)cls);
-    const binding_params params = {"lookup", devices_names, 1, 1};
-    PyObject *arg;
     mxd_device *devs[MXD_MAX_SYMMETRIC_DEVICES];
-    if (binding_parse_fast(&params, args, nargs, kwnames, &arg) < 0)
-        return NULL;
-    int n = parse_devices(st, "lookup", arg, devs);
+    int n = parse_devices_arg(st, "lookup", args, nargs, kwnames, devs);
     if (n < 0)
         return NULL;
     mxd_symmetric *pool = mxd_symmetric_lookup(devs, n);
@@ -111,13 +120,9 @@ static PyObject *pool_lookup(PyObject *cls, PyObject *const *args,
 static PyObject *pool_is_supported(PyObject *cls, PyObject *const *args,
                                    Py_ssize_t nargs, PyObject *kwnames)
 {
-    binding_state *st = binding_type_state((PyTypeObject *)cls);
-    const binding_params params = {"is_supported", devices_names, 1, 1};
-    PyObject *arg;
     mxd_device *devs[MXD_MAX_SYMMETRIC_DEVICES];
-    if (binding_parse_fast(&params, args, nargs, kwnames, &arg) < 0)
-        return NULL;
-    int n = parse_devices(st, "is_supported", arg, devs);
+    int n = parse_devices_arg(binding_type_state((PyTypeObject *)cls),
+                              "is_supported", args, nargs, kwnames, devs);
     if (n < 0)
         return NULL;
     return PyBool_FromLong(mxd_symmetric_supported(devs, n));
