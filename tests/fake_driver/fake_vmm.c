@@ -48,16 +48,16 @@ typedef struct fake_handle {
     struct fake_handle *next;
 } fake_handle;
 
-typedef struct fake_range {
+typedef struct vmm_range {
     uintptr_t base;
     size_t size;
     fake_handle *mapped; /* NULL while reserved only */
     fake_dmem *dmem;     /* once access is set: what the copy engine sees */
-    struct fake_range *next;
-} fake_range;
+    struct vmm_range *next;
+} vmm_range;
 
 static fake_handle *fake_handles;
-static fake_range *fake_ranges;
+static vmm_range *vmm_ranges;
 static uintptr_t fake_vmm_base, fake_vmm_cursor;
 
 /* ---- Lookups (under fake_lock) ------------------------------------------- */
@@ -70,9 +70,9 @@ static fake_handle *fake_handle_of(cu_mem_handle h)
     return NULL;
 }
 
-static fake_range *fake_range_at(uintptr_t addr)
+static vmm_range *vmm_range_at(uintptr_t addr)
 {
-    for (fake_range *r = fake_ranges; r != NULL; r = r->next)
+    for (vmm_range *r = vmm_ranges; r != NULL; r = r->next)
         if (addr - r->base < r->size)
             return r;
     return NULL;
@@ -82,7 +82,7 @@ fake_dmem *fake_vmm_at(uintptr_t addr)
 {
     if (fake_vmm_base == 0 || addr - fake_vmm_base >= FAKE_VMM_RANGE)
         return NULL;
-    fake_range *r = fake_range_at(addr);
+    vmm_range *r = vmm_range_at(addr);
     return r != NULL ? r->dmem : NULL;
 }
 
@@ -185,7 +185,7 @@ cu_result cuMemAddressReserve(cu_deviceptr *ptr, size_t size, size_t alignment,
         return FAKE_E_INVALID_VALUE;
     size_t align =
         alignment > FAKE_VMM_GRANULARITY ? alignment : FAKE_VMM_GRANULARITY;
-    fake_range *r = calloc(1, sizeof *r);
+    vmm_range *r = calloc(1, sizeof *r);
     if (r == NULL)
         return FAKE_E_OUT_OF_MEMORY;
     pthread_mutex_lock(&fake_lock);
@@ -200,8 +200,8 @@ cu_result cuMemAddressReserve(cu_deviceptr *ptr, size_t size, size_t alignment,
         fake_vmm_base != 0 && base + size <= fake_vmm_base + FAKE_VMM_RANGE;
     if (ok) { /* never reused: a stale pointer lies in no range */
         fake_vmm_cursor = base + size;
-        *r = (fake_range){base, size, NULL, NULL, fake_ranges};
-        fake_ranges = r;
+        *r = (vmm_range){base, size, NULL, NULL, vmm_ranges};
+        vmm_ranges = r;
         *ptr = base;
     }
     pthread_mutex_unlock(&fake_lock);
@@ -210,9 +210,9 @@ cu_result cuMemAddressReserve(cu_deviceptr *ptr, size_t size, size_t alignment,
     return ok ? FAKE_E_OK : FAKE_E_OUT_OF_MEMORY;
 }
 
-static fake_range *fake_whole_range(cu_deviceptr ptr, size_t size)
+static vmm_range *vmm_whole_range(cu_deviceptr ptr, size_t size)
 {
-    fake_range *r = fake_range_at((uintptr_t)ptr);
+    vmm_range *r = vmm_range_at((uintptr_t)ptr);
     return r != NULL && r->base == ptr && r->size == size ? r : NULL;
 }
 
@@ -220,10 +220,10 @@ cu_result cuMemAddressFree(cu_deviceptr ptr, size_t size)
 {
     FAKE_CU_BEGIN(cuMemAddressFree);
     pthread_mutex_lock(&fake_lock);
-    fake_range *r = fake_whole_range(ptr, size);
+    vmm_range *r = vmm_whole_range(ptr, size);
     bool ok = r != NULL && r->mapped == NULL;
     if (ok)
-        for (fake_range **p = &fake_ranges; *p != NULL; p = &(*p)->next)
+        for (vmm_range **p = &vmm_ranges; *p != NULL; p = &(*p)->next)
             if (*p == r) {
                 *p = r->next;
                 break;
@@ -239,7 +239,7 @@ cu_result cuMemMap(cu_deviceptr ptr, size_t size, size_t offset,
 {
     FAKE_CU_BEGIN(cuMemMap);
     pthread_mutex_lock(&fake_lock);
-    fake_range *r = fake_whole_range(ptr, size);
+    vmm_range *r = vmm_whole_range(ptr, size);
     fake_handle *x = fake_handle_of(handle);
     bool ok = r != NULL && r->mapped == NULL && x != NULL && flags == 0 &&
               offset == 0 && size <= x->size;
@@ -255,7 +255,7 @@ cu_result cuMemUnmap(cu_deviceptr ptr, size_t size)
 {
     FAKE_CU_BEGIN(cuMemUnmap);
     pthread_mutex_lock(&fake_lock);
-    fake_range *r = fake_whole_range(ptr, size);
+    vmm_range *r = vmm_whole_range(ptr, size);
     bool ok = r != NULL && r->mapped != NULL;
     if (ok) {
         r->mapped->mappings--;
@@ -291,7 +291,7 @@ cu_result cuMemSetAccess(cu_deviceptr ptr, size_t size,
         !fake_valid_device(desc->location.id) || desc->flags != 3)
         return FAKE_E_INVALID_VALUE;
     pthread_mutex_lock(&fake_lock);
-    fake_range *r = fake_whole_range(ptr, size);
+    vmm_range *r = vmm_whole_range(ptr, size);
     char *bytes = r != NULL && r->mapped != NULL
                       ? fake_mapping_bytes(r->mapped, desc->location.id)
                       : NULL;
