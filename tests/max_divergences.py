@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,24 @@ class Outcome:
     divergences: list[Divergence] = field(default_factory=list)
     compared: int = 0  # steps compared
     skipped: int = 0  # steps not compared: they touch a diverged variable or storage
+
+
+def summary(table: dict[str, Any], outcomes: list[Outcome]) -> str:
+    """One run's figures: steps compared and skipped, and the divergences
+    by class and by entry (most first)."""
+    klass = {e["id"]: e["class"] for e in table["entries"]}
+    by_entry: Counter[str] = Counter()
+    for outcome in outcomes:
+        by_entry.update(d.entry or "UNLISTED" for d in outcome.divergences)
+    by_class: Counter[str] = Counter()
+    for entry, count in by_entry.items():
+        by_class[klass.get(entry, entry)] += count
+    return (
+        f"{len(outcomes)} programs, {sum(o.compared for o in outcomes)} steps "
+        f"compared, {sum(o.skipped for o in outcomes)} skipped after a "
+        f"divergence; divergences by class {dict(by_class.most_common())}; "
+        f"by entry {dict(by_entry.most_common())}"
+    )
 
 
 def load_table(path: Path = TABLE) -> dict[str, Any]:

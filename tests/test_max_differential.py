@@ -81,6 +81,7 @@ def random_runs(max_python: Path, table: dict[str, Any]) -> list[md.Outcome]:
     # MAX's interpreter may die in a program after the one that corrupted
     # its memory; that program then ran again alone, and is compared.
     print(f"MAX died after earlier programs' corruption in: {theirs.aftermath}")
+    print(md.summary(table, list(outcomes.values())))
     return list(outcomes.values())
 
 
@@ -177,6 +178,11 @@ def test_a_divergence_outside_the_table_is_caught(table: dict[str, Any]) -> None
         (1, "after.values", "cpu-writes-land-late"),
     ]
     assert outcome.skipped == 1
+    assert md.summary(table, [outcome]) == (
+        "1 programs, 2 steps compared, 1 skipped after a divergence; "
+        "divergences by class {'UNLISTED': 1, 'max-wrong': 1}; "
+        "by entry {'UNLISTED': 1, 'cpu-writes-land-late': 1}"
+    )
 
 
 def test_a_crash_of_our_side_is_never_listed(table: dict[str, Any]) -> None:
