@@ -55,19 +55,21 @@ def test_table_gives_both_figures_their_ratio_and_notes_where_ours_lose(ours):
     assert by_name[faster][3:] == ("2.00", "")  # no note for this row
     assert by_name[memory][3:] == ("2.00", vs_max.NOTES[memory])
     assert by_name["buf.to_numpy()"][3:] == ("1.00", "")
+    assert by_name[vs_max.COPY][3:] == ("1.00", vs_max.NOTES[vs_max.COPY])
     text = vs_max.table(lines, ours, theirs)
     assert "| ours (" in text and "| MAX 26.7.0 |" in text
     assert all(f"| {name} |" in text for name in by_name)
 
 
 def test_command_writes_only_where_told(tmp_path, monkeypatch, ours, capsys):
-    monkeypatch.setattr(vs_max, "measure", lambda quick: (ours, ours))
+    monkeypatch.setattr(vs_max, "measure", lambda quick: (dict(ours), dict(ours)))
     monkeypatch.setattr(vs_max, "OUT_DIR", tmp_path / "tracked")
     assert vs_max.main(["--vs-max", "--quick"]) == 0
     assert not (tmp_path / "tracked").exists()
     assert vs_max.main(["--vs-max", "--out", str(tmp_path / "mine")]) == 0
     saved = json.loads((tmp_path / "mine" / "vs_max.json").read_text())
-    assert saved == {"ours": ours, "max": ours}
+    figures = {k: v for k, v in ours.items() if k != "module"}  # this machine's
+    assert saved == {"ours": figures, "max": figures}
     assert vs_max.main(["--vs-max", "--save"]) == 0
     assert (tmp_path / "tracked" / "vs_max.txt").read_text().startswith("| row |")
     assert "| no-op C call |" in capsys.readouterr().out
