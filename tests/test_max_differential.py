@@ -37,14 +37,34 @@ PROGRAMS = int(os.environ.get("MAX_DRIVER_DIFF_PROGRAMS", "600"))
 SEED = int(os.environ.get("MAX_DRIVER_DIFF_SEED", "24"))
 
 
-@pytest.fixture(scope="module")
-def max_python() -> Path:
+def _max_python_or_skip() -> Path:
     try:
         return max_wheel.ensure_venv()
     except max_wheel.Unavailable as exc:
         if max_wheel.required():
             pytest.fail(f"MAX_DRIVER_REQUIRE_MAX_WHEEL=1 but {exc}")
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def max_python() -> Path:
+    return _max_python_or_skip()
+
+
+def test_without_network_it_skips_saying_why_unless_required(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No index to reach (a closed port): a skip naming the reason, a
+    failure where CI requires the wheel, and no half-made environment."""
+    monkeypatch.setenv("MAX_DRIVER_MAX_VENV", str(tmp_path / "venv"))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:1/simple")
+    monkeypatch.delenv("MAX_DRIVER_REQUIRE_MAX_WHEEL", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no network: 127.0.0.1:1"):
+        _max_python_or_skip()
+    monkeypatch.setenv("MAX_DRIVER_REQUIRE_MAX_WHEEL", "1")
+    with pytest.raises(pytest.fail.Exception, match="REQUIRE_MAX_WHEEL=1 but no"):
+        _max_python_or_skip()
+    assert [p.name for p in tmp_path.iterdir()] == [".venv.lock"]
 
 
 @pytest.fixture(scope="module")
