@@ -45,20 +45,23 @@ def test_probe_measures_every_row_in_its_own_interpreter(ours):
 def test_table_gives_both_figures_their_ratio_and_notes_where_ours_lose(ours):
     theirs = copy.deepcopy(ours)
     theirs["version"] = "26.7.0"
-    faster = "device.synchronize() idle"
-    theirs["per_call"][faster]["ratio"] = ours["per_call"][faster]["ratio"] / 2
+    slower = "device.synchronize() idle"  # a row no note explains
+    theirs["per_call"][slower]["ratio"] = ours["per_call"][slower]["ratio"] / 2
     memory = "memory per live Buffer(float32, (16,))"
     theirs["memory"]["bytes"] = ours["memory"]["bytes"] / 2
     lines = vs_max.rows(ours, theirs)
     assert len(lines) == len(ours["per_call"]) + 2  # + the copy and memory
     by_name = {line[0]: line for line in lines}
-    assert by_name[faster][3:] == ("2.00", "")  # no note for this row
+    assert by_name[slower][3:] == ("2.00", vs_max.UNEXPECTED)
     assert by_name[memory][3:] == ("2.00", vs_max.NOTES[memory])
-    assert by_name["buf.to_numpy()"][3:] == ("1.00", "")
+    assert by_name["buf.to_numpy()"][3:] == ("1.00", vs_max.UNEXPECTED)  # a tie
     assert by_name[vs_max.COPY][3:] == ("1.00", vs_max.NOTES[vs_max.COPY])
     text = vs_max.table(lines, ours, theirs)
     assert "| ours (" in text and "| MAX 26.7.0 |" in text
     assert all(f"| {name} |" in text for name in by_name)
+    theirs["per_call"]["record_event()"]["ratio"] *= 2  # ours faster: no note
+    faster = {line[0]: line for line in vs_max.rows(ours, theirs)}
+    assert faster["record_event()"][3:] == ("0.50", "")
 
 
 def test_command_writes_only_where_told(tmp_path, monkeypatch, ours, capsys):
