@@ -29,8 +29,8 @@ OUT_DIR = HERE / "results"
 # Why ours is not faster where it is not (checked against the figures).
 # A row where ours is not faster and no note says why.
 UNEXPECTED = (
-    "unexpected: ours is faster on an idle machine (each side runs in its "
-    "own process, one after the other); rerun to see whether it holds"
+    "unexpected: no reason known; the two sides run one after the other, "
+    "so a loaded machine can tip a close row: rerun to see whether it holds"
 )
 COPY = "64 MiB inplace_copy_from + synchronize: time / np.copyto"
 NOTES = {
