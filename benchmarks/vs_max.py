@@ -26,13 +26,13 @@ HERE = Path(__file__).resolve().parent
 PROBE = HERE / "vs_max_probe.py"
 OUT_DIR = HERE / "results"
 
-# Why ours is not faster where it is not (checked against the figures).
 # A row where ours is not faster and no note says why.
 UNEXPECTED = (
     "unexpected: no reason known; the two sides run one after the other, "
     "so a loaded machine can tip a close row: rerun to see whether it holds"
 )
 COPY = "64 MiB inplace_copy_from + synchronize: time / np.copyto"
+# Why ours is not faster where it is not (checked against the figures).
 NOTES = {
     COPY: (
         "both copy at about np.copyto's speed; this row moves either way "
