@@ -609,6 +609,16 @@ def _(p: Program) -> None:
     load(p, checkpoint(81, [2], b"", cut=12), ["checkpoint:truncated"])
 
 
+@case("load-max-buffer-fd")
+def _(p: Program) -> None:
+    """MAX reads (and closes) the descriptor: a checkpoint then fails in its
+    Buffer.mmap (TypeError, as here), anything else with ValueError."""
+    data = struct.pack("<2f", 1, 2)
+    load(p, {"fd": checkpoint(81, [2], data)["file"]}, ["checkpoint:fd"])
+    fd = {"fd": checkpoint(81, [2], data, magic=b"NOTAMAX!")["file"]}
+    load(p, fd, ["checkpoint:fd"])
+
+
 @case("load-max-buffer-errors")
 def _(p: Program) -> None:
     data = struct.pack("<2f", 1, 2)

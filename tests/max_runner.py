@@ -97,7 +97,8 @@ class Env:
         ``{"nps": [dtype, value]}`` (NumPy scalar), ``{"np0": [dtype, value]}``
         (rank-0 array), ``{"nd": {...}}`` (see ``make_array``),
         ``{"mod": name}`` (a module, imported), ``{"file": hex}`` (the path
-        of a temporary file holding those bytes)."""
+        of a temporary file holding those bytes), ``{"fd": hex}`` (an open
+        file descriptor of one)."""
         if not isinstance(enc, dict):
             return enc
         ((key, val),) = enc.items()
@@ -138,6 +139,8 @@ class Env:
             return importlib.import_module(val)
         if key == "file":
             return write_file(bytes.fromhex(val))
+        if key == "fd":
+            return os.open(write_file(bytes.fromhex(val)), os.O_RDONLY)
         raise ValueError(f"unknown encoding {enc!r}")
 
 

@@ -8,6 +8,7 @@ CPU.  (The accelerator side is tests/accelerator/test_accel_max26.py.)"""
 
 from __future__ import annotations
 
+import os
 import pickle
 import struct
 from pathlib import Path
@@ -278,6 +279,20 @@ def test_load_max_buffer_refuses_other_files(tmp_path, spec, match):
 def test_load_max_buffer_of_a_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         driver.load_max_buffer(tmp_path / "none.max")
+
+
+def test_load_max_buffer_takes_no_file_descriptor(tmp_path):
+    """open() would take an int as a descriptor and close it (MAX's does:
+    load_max_buffer(1) closed the argument fuzzer's stdout)."""
+    path = _write(tmp_path, checkpoint(DType.int8.value, [1], b"\x07"))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(TypeError, match="path must be a str, bytes or"):
+            driver.load_max_buffer(fd)  # type: ignore[arg-type]
+        os.fstat(fd)  # still open
+    finally:
+        os.close(fd)
+    assert driver.load_max_buffer(os.fsencode(path))[0].item() == 7  # bytes
 
 
 # ---- _ChunkedStagingRegion and SymmetricPool on the CPU ---------------------

@@ -53,7 +53,7 @@ def _read(f: object, fmt: str, path: os.PathLike[str] | str) -> tuple[int, ...]:
     return struct.unpack(fmt, data)
 
 
-def load_max_buffer(path: os.PathLike[str] | str) -> Buffer:
+def load_max_buffer(path: os.PathLike[str] | str | bytes) -> Buffer:
     """Loads one buffer from a MAX checkpoint file (``.max``), as MAX 26.7.
 
     The file holds a header (8 magic bytes, a major and a minor version as
@@ -70,7 +70,15 @@ def load_max_buffer(path: os.PathLike[str] | str) -> Buffer:
             than one buffer, its header is truncated (MAX lets
             ``struct.error`` out there), or its dtype code is unknown.
         OSError: the file cannot be read.
+        TypeError: ``path`` is not a ``str``, ``bytes`` or ``os.PathLike``
+            (MAX's ``open(path)`` takes an int as a file descriptor, and
+            closes it).
     """
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(
+            "load_max_buffer(): path must be a str, bytes or os.PathLike, "
+            f"not {type(path).__name__}"
+        )
     with open(path, "rb") as f:
         if f.read(len(MAX_CHECKPOINT_MAGIC)) != MAX_CHECKPOINT_MAGIC:
             raise ValueError(
