@@ -10,9 +10,9 @@ from __future__ import annotations
 import gc
 import os
 import statistics
-import time
 import timeit
 
+from benchmarks.cpu_copy import time_copies
 from benchmarks.run import Result, _rss_bytes
 from max import driver
 from max.dtype import DType
@@ -110,35 +110,9 @@ def copy_bandwidth(reps: int, mib: int) -> Result:
     """``dst.inplace_copy_from(src)`` + synchronize on a CPU queue against
     ``np.copyto`` between NumPy aliases of the same two buffers (same pages,
     same cache state)."""
-    import numpy as np
-
-    queue = driver.DeviceQueue(driver.CPU())
-    count = mib * 2**20 // 4
-    src = driver.Buffer(DType.float32, (count,), queue)
-    dst = driver.Buffer(DType.float32, (count,), queue)
-    src_np, dst_np = src.to_numpy(), dst.to_numpy()
-    src_np[:] = 1  # every page touched before anything is timed
-    dst_np[:] = 0
-
-    def ours() -> float:
-        start = time.perf_counter()
-        dst.inplace_copy_from(src)
-        queue.synchronize()
-        return time.perf_counter() - start
-
-    def numpy_copy() -> float:
-        start = time.perf_counter()
-        np.copyto(dst_np, src_np)
-        return time.perf_counter() - start
-
-    ours(), numpy_copy()  # warm both paths
-    our_runs, numpy_runs = [], []
-    for _ in range(reps):
-        numpy_runs.append(numpy_copy())
-        our_runs.append(ours())
-    assert dst_np[-1] == 1, "the copy did not reach the destination"
+    our_runs, numpy_runs = time_copies(driver, DType.float32, reps, mib)
     ratio = statistics.median(n / o for n, o in zip(numpy_runs, our_runs, strict=True))
-    nbytes = count * 4
+    nbytes = mib * 2**20
 
     def gbps(seconds: float) -> float:
         return nbytes / seconds / 1e9

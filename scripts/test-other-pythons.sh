@@ -55,6 +55,9 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 #   test_gpu_tooling.py  tooling for scripts/gpu-check.sh (CUDA machines)
 #   test_dlpack_jax.py   JAX as a second DLPack peer (a 100 MB jaxlib per
 #                        interpreter); NumPy's DLPack tests run everywhere
+#   test_max_differential.py  MAX 26.7's wheel as an oracle: a venv of
+#                        about 750 MB per interpreter; the programs' results
+#                        are the binding's, which the suites here check
 #   test_fake_backends.py, test_fault_injection.py, and test_model.py's
 #                        runs on the fake GPU (about 140 s): the GPU
 #                        backends driven through the same binding calls the
@@ -72,6 +75,7 @@ IGNORED=(
     tests/test_notebook.py
     tests/test_gpu_tooling.py
     tests/test_dlpack_jax.py
+    tests/test_max_differential.py
     tests/test_fake_backends.py
     tests/test_fault_injection.py
 )

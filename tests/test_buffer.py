@@ -531,21 +531,17 @@ QUEUE = r"cpu\[0\]:queue@0x[0-9a-fA-F]+"
 
 
 def test_repr(cpu):
-    """SPEC §12.4: max.driver.Buffer(DType.float32, (2, 3), <queue repr>)."""
+    """As MAX 26.7: max.driver.Buffer(DType.float32, (2, 3), cpu[0]), the
+    device; a queue other than the device's default one is added."""
     buf = Buffer(DType.float32, (2, 3))
-    assert re.fullmatch(
-        rf"max\.driver\.Buffer\(DType\.float32, \(2, 3\), {QUEUE} \(default\)\)",
-        repr(buf),
-    ), repr(buf)
+    assert repr(buf) == "max.driver.Buffer(DType.float32, (2, 3), cpu[0])"
     q = DeviceQueue(cpu)
     on_q = Buffer(DType.int8, (5,), q)
-    assert repr(on_q) == f"max.driver.Buffer(DType.int8, (5,), {q!r})"
-    assert repr(Buffer(DType.bool, ())) == (
-        f"max.driver.Buffer(DType.bool, (), {cpu.default_queue!r})"
-    )
-    assert repr(buf[0, 1:]) == (
-        f"max.driver.Buffer(DType.float32, (2,), {cpu.default_queue!r})"
-    )
+    assert repr(on_q) == f"max.driver.Buffer(DType.int8, (5,), cpu[0], stream={q!r})"
+    assert re.fullmatch(rf"max\.driver\.Buffer\(.*, stream={QUEUE}\)", repr(on_q))
+    assert repr(Buffer(DType.bool, ())) == "max.driver.Buffer(DType.bool, (), cpu[0])"
+    assert repr(buf[0, 1:]) == "max.driver.Buffer(DType.float32, (2,), cpu[0])"
+    assert repr(on_q.to(cpu.default_queue)).endswith("(5,), cpu[0])")
 
 
 def test_repr_does_not_show_values():
@@ -584,18 +580,26 @@ def test_str_of_a_strided_view():
     assert "shape=(3, 2)" in text
 
 
-def test_str_bfloat16_shows_decoded_values():
-    """As MAX's test_str_bfloat16: values, not raw bytes (here as NumPy
-    prints an ml_dtypes array)."""
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-    buf = Buffer(DType.bfloat16, (3,))
-    for i, v in enumerate((1.0, 2.0, 3.5)):
-        buf[i] = v
+@pytest.mark.parametrize(
+    "dtype",
+    [DType.bfloat16, DType.float8_e4m3fn, DType.float8_e5m2, DType.float4_e2m1fn],
+)
+def test_str_of_the_formats_numpy_lacks_shows_decoded_values(dtype):
+    """As MAX 26.7's str(): decoded values printed as float64, never raw
+    bytes (its test_str_bfloat16), for every dtype NumPy lacks, in any
+    layout."""
+    buf = Buffer.zeros((2, 3), dtype)
+    for i, v in enumerate((1.0, 2.0, 3.0)):
+        buf[1, i] = v
     text = str(buf)
-    assert "dtype=DType.bfloat16" in text and "shape=(3,)" in text
-    expected = np.array([1.0, 2.0, 3.5], dtype=ml_dtypes.bfloat16)
+    assert f"dtype={dtype}" in text and "shape=(2, 3)" in text
+    expected = np.array([[0, 0, 0], [1.0, 2.0, 3.0]])
     assert np.array2string(expected, prefix="Buffer(") in text, text
-    assert "16256" not in text  # 0x3F80, the raw bits of 1.0
+    flipped = str(buf[::-1, ::2])
+    assert np.array2string(expected[::-1, ::2], prefix="Buffer(") in flipped
+    assert np.array2string(np.asarray(1.5), prefix="Buffer(") in str(
+        Buffer.scalar(1.5, dtype)
+    )
 
 
 # --------------------------------------------------------------------------

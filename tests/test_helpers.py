@@ -76,7 +76,7 @@ def test_accelerator_api_with_gpus(gpus: Any) -> None:
 
 def test_architecture_name_cpu_only_raises(gpus: Any) -> None:
     gpus(0)
-    with pytest.raises(RuntimeError, match="failed to get device architecture name"):
+    with pytest.raises(ValueError, match="failed to get device architecture name"):
         drv.accelerator_architecture_name()
 
 
@@ -87,7 +87,7 @@ def test_architecture_name_with_gpus(gpus: Any) -> None:
 
 def test_architecture_name_real(real_count: int) -> None:
     if real_count == 0:
-        with pytest.raises(RuntimeError):
+        with pytest.raises(ValueError):
             drv.accelerator_architecture_name()
     else:
         name = drv.accelerator_architecture_name()

@@ -428,4 +428,149 @@ static mxd_status api_memset(gpu_stream s, uintptr_t dst, unsigned size,
     }
 }
 
+/* ---- Multicast objects (SymmetricPool) ---------------------------------- */
+
+/* The entry points of memory mapped by hand and of multicast objects, and
+ * the device's own answer (CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED). */
+static bool api_multicast_supported(api_device *d)
+{
+    int value = 0;
+    return drv.cuMemGetAllocationGranularity && drv.cuMemCreate &&
+           drv.cuMemRelease && drv.cuMemAddressReserve &&
+           drv.cuMemAddressFree && drv.cuMemMap && drv.cuMemUnmap &&
+           drv.cuMemSetAccess && drv.cuMulticastGetGranularity &&
+           drv.cuMulticastCreate && drv.cuMulticastAddDevice &&
+           drv.cuMulticastBindMem &&
+           drv.cuDeviceGetAttribute(&value,
+                                    MXD_CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED,
+                                    d->handle) == MXD_CU_SUCCESS &&
+           value != 0;
+}
+
+static cu_mem_alloc_prop device_memory_prop(const api_device *d)
+{
+    return (cu_mem_alloc_prop){
+        .type = MXD_CU_MEM_ALLOCATION_TYPE_PINNED,
+        .location = {MXD_CU_MEM_LOCATION_TYPE_DEVICE, d->handle},
+    };
+}
+
+/* `bytes` rounded up to what both a multicast object of `n` devices and
+ * each device's memory are allocated in. */
+static mxd_status symmetric_size(api_device *const *devs, int n, size_t bytes,
+                                 size_t *size, mxd_error *err)
+{
+    cu_multicast_prop mc = {.numDevices = (unsigned)n, .size = bytes};
+    size_t unit = 1, g = 0;
+    mxd_status st =
+        check(drv.cuMulticastGetGranularity(
+                  &g, &mc, MXD_CU_MULTICAST_GRANULARITY_RECOMMENDED),
+              "cuMulticastGetGranularity", err);
+    unit = g > unit ? g : unit;
+    for (int i = 0; st == MXD_OK && i < n; i++) {
+        cu_mem_alloc_prop prop = device_memory_prop(devs[i]);
+        st = check(drv.cuMemGetAllocationGranularity(
+                       &g, &prop, MXD_CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                   "cuMemGetAllocationGranularity", err);
+        /* Granularities are powers of two: the largest is a multiple of
+         * the others. */
+        unit = g > unit ? g : unit;
+    }
+    if (st == MXD_OK && bytes > SIZE_MAX - unit)
+        return mxd_fail(err, MXD_INVALID, "%zu bytes overflow", bytes);
+    *size = (bytes + unit - 1) / unit * unit;
+    return st;
+}
+
+/* Reserves an address range of `size` on `d`, maps `handle` there and lets
+ * `d` read and write it. */
+static mxd_status map_on(api_device *d, cu_mem_handle handle, size_t size,
+                         uintptr_t *out, mxd_error *err)
+{
+    cu_deviceptr ptr = 0;
+    cu_mem_access_desc access = {{MXD_CU_MEM_LOCATION_TYPE_DEVICE, d->handle},
+                                 MXD_CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    mxd_status st = check(drv.cuMemAddressReserve(&ptr, size, 0, 0, 0),
+                          "cuMemAddressReserve", err);
+    if (st != MXD_OK)
+        return st;
+    st = check(drv.cuMemMap(ptr, size, 0, handle, 0), "cuMemMap", err);
+    if (st == MXD_OK)
+        st = check(drv.cuMemSetAccess(ptr, size, &access, 1), "cuMemSetAccess",
+                   err);
+    if (st == MXD_OK) {
+        *out = (uintptr_t)ptr;
+        return MXD_OK;
+    }
+    drv.cuMemUnmap(ptr, size); /* fails harmlessly when nothing is mapped */
+    drv.cuMemAddressFree(ptr, size);
+    return st;
+}
+
+/* What a symmetric allocation made before it failed, given back. */
+typedef struct symmetric_parts {
+    cu_mem_handle mc, *memory;
+    uintptr_t *unicast, *multicast;
+    size_t size;
+    int n;
+} symmetric_parts;
+
+static void symmetric_undo(const symmetric_parts *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        uintptr_t *ptrs[2] = {&p->unicast[i], &p->multicast[i]};
+        for (int k = 0; k < 2; k++)
+            if (*ptrs[k] != 0) {
+                drv.cuMemUnmap((cu_deviceptr)*ptrs[k], p->size);
+                drv.cuMemAddressFree((cu_deviceptr)*ptrs[k], p->size);
+                *ptrs[k] = 0;
+            }
+        if (p->memory[i] != 0)
+            drv.cuMemRelease(p->memory[i]);
+    }
+    if (p->mc != 0)
+        drv.cuMemRelease(p->mc); /* a multicast handle is released so too */
+}
+
+/* One multicast object over `n` devices, each binding `bytes` (rounded up,
+ * *size) of its own memory to it; unicast[i] and multicast[i] are where
+ * device i reaches its own memory and the multicast object.  As NCCL and
+ * PyTorch's symmetric memory build it: every device is added to the
+ * object before any memory is bound. */
+static mxd_status api_symmetric_alloc(api_device *const *devs, int n,
+                                      size_t bytes, size_t *size,
+                                      uintptr_t *unicast, uintptr_t *multicast,
+                                      mxd_error *err)
+{
+    cu_mem_handle memory[MXD_MAX_SYMMETRIC_DEVICES] = {0};
+    symmetric_parts parts = {0, memory, unicast, multicast, 0, n};
+    mxd_status st = symmetric_size(devs, n, bytes, &parts.size, err);
+    cu_multicast_prop prop = {.numDevices = (unsigned)n, .size = parts.size};
+    if (st == MXD_OK)
+        st = check(drv.cuMulticastCreate(&parts.mc, &prop), "cuMulticastCreate",
+                   err);
+    for (int i = 0; st == MXD_OK && i < n; i++)
+        st = check(drv.cuMulticastAddDevice(parts.mc, devs[i]->handle),
+                   "cuMulticastAddDevice", err);
+    for (int i = 0; st == MXD_OK && i < n; i++) {
+        cu_mem_alloc_prop mem = device_memory_prop(devs[i]);
+        st = check(drv.cuMemCreate(&memory[i], parts.size, &mem, 0),
+                   "cuMemCreate", err);
+        if (st == MXD_OK)
+            st = check(drv.cuMulticastBindMem(parts.mc, 0, memory[i], 0,
+                                              parts.size, 0),
+                       "cuMulticastBindMem", err);
+        if (st == MXD_OK)
+            st = map_on(devs[i], memory[i], parts.size, &unicast[i], err);
+        if (st == MXD_OK)
+            st = map_on(devs[i], parts.mc, parts.size, &multicast[i], err);
+    }
+    if (st != MXD_OK) {
+        symmetric_undo(&parts);
+        return st;
+    }
+    *size = parts.size;
+    return MXD_OK;
+}
+
 #include "gpu_backend.inc"

@@ -63,6 +63,10 @@ enum {
     MXD_CU_MEM_LOCATION_TYPE_DEVICE = 1,
     MXD_CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
     MXD_CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+    MXD_CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = 132,
+    MXD_CU_MEM_ALLOCATION_TYPE_PINNED = 0x1,
+    MXD_CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0,
+    MXD_CU_MULTICAST_GRANULARITY_RECOMMENDED = 0x1,
 };
 
 /* CUmemLocation and CUmemAccessDesc for cuMemPoolSetAccess. */
@@ -74,6 +78,29 @@ typedef struct cu_mem_access_desc {
     cu_mem_location location;
     unsigned int flags; /* CUmemAccess_flags */
 } cu_mem_access_desc;
+
+/* Virtual memory management and multicast objects (SymmetricPool). */
+typedef unsigned long long cu_mem_handle; /* CUmemGenericAllocationHandle */
+/* CUmemAllocationProp (CUDA 10.2) for cuMemCreate. */
+typedef struct cu_mem_alloc_prop {
+    unsigned int type;                 /* CUmemAllocationType */
+    unsigned int requestedHandleTypes; /* CUmemAllocationHandleType */
+    cu_mem_location location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} cu_mem_alloc_prop;
+/* CUmulticastObjectProp (CUDA 12.1) for cuMulticastCreate. */
+typedef struct cu_multicast_prop {
+    unsigned int numDevices;
+    size_t size;
+    unsigned long long handleTypes; /* CUmemAllocationHandleType bits */
+    unsigned long long flags;
+} cu_multicast_prop;
 
 /* CUDA_MEMCPY2D (the _v2 layout, CUDA 3.2 and later) for cuMemcpy2DAsync. */
 typedef struct cu_memcpy2d {
@@ -157,7 +184,8 @@ typedef struct cu_memcpy2d {
       (cu_stream stream, cu_stream_callback callback, void *user_data,         \
        unsigned int flags))                                                    \
     CUDA_MEMORY_ENTRY_POINTS(X)                                                \
-    CUDA_CAPTURE_ENTRY_POINTS(X)
+    CUDA_CAPTURE_ENTRY_POINTS(X)                                               \
+    CUDA_MULTICAST_ENTRY_POINTS(X)
 
 /* Device memory, copies and fills (the Buffer type). */
 #define CUDA_MEMORY_ENTRY_POINTS(X)                                            \
@@ -208,6 +236,39 @@ typedef struct cu_memcpy2d {
       (cu_graph_exec exec, cu_stream stream))                                  \
     X(cuGraphExecDestroy, 10000, OPTIONAL, cu_result, (cu_graph_exec exec))    \
     X(cuGraphDestroy, 10000, OPTIONAL, cu_result, (cu_graph graph))
+
+/* Memory mapped by hand and multicast objects (SymmetricPool); a driver
+ * without them has no multicast support. */
+#define CUDA_MULTICAST_ENTRY_POINTS(X)                                         \
+    X(cuMemGetAllocationGranularity, 10020, OPTIONAL, cu_result,               \
+      (size_t * granularity, const cu_mem_alloc_prop *prop,                    \
+       unsigned int option))                                                   \
+    X(cuMemCreate, 10020, OPTIONAL, cu_result,                                 \
+      (cu_mem_handle * handle, size_t size, const cu_mem_alloc_prop *prop,     \
+       unsigned long long flags))                                              \
+    X(cuMemRelease, 10020, OPTIONAL, cu_result, (cu_mem_handle handle))        \
+    X(cuMemAddressReserve, 10020, OPTIONAL, cu_result,                         \
+      (cu_deviceptr * ptr, size_t size, size_t alignment, cu_deviceptr addr,   \
+       unsigned long long flags))                                              \
+    X(cuMemAddressFree, 10020, OPTIONAL, cu_result,                            \
+      (cu_deviceptr ptr, size_t size))                                         \
+    X(cuMemMap, 10020, OPTIONAL, cu_result,                                    \
+      (cu_deviceptr ptr, size_t size, size_t offset, cu_mem_handle handle,     \
+       unsigned long long flags))                                              \
+    X(cuMemUnmap, 10020, OPTIONAL, cu_result, (cu_deviceptr ptr, size_t size)) \
+    X(cuMemSetAccess, 10020, OPTIONAL, cu_result,                              \
+      (cu_deviceptr ptr, size_t size, const cu_mem_access_desc *desc,          \
+       size_t count))                                                          \
+    X(cuMulticastGetGranularity, 12010, OPTIONAL, cu_result,                   \
+      (size_t * granularity, const cu_multicast_prop *prop,                    \
+       unsigned int option))                                                   \
+    X(cuMulticastCreate, 12010, OPTIONAL, cu_result,                           \
+      (cu_mem_handle * handle, const cu_multicast_prop *prop))                 \
+    X(cuMulticastAddDevice, 12010, OPTIONAL, cu_result,                        \
+      (cu_mem_handle handle, cu_device dev))                                   \
+    X(cuMulticastBindMem, 12010, OPTIONAL, cu_result,                          \
+      (cu_mem_handle handle, size_t offset, cu_mem_handle memory,              \
+       size_t memory_offset, size_t size, unsigned long long flags))
 
 /* cuGetProcAddress_v2 (CUDA 12.0+); `status` may be NULL. */
 typedef cu_result (*cu_get_proc_address_fn)(const char *symbol, void **pfn,

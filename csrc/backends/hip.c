@@ -371,4 +371,23 @@ static mxd_status api_memset(gpu_stream s, uintptr_t dst, unsigned size,
     }
 }
 
+/* ---- Multicast objects (SymmetricPool) ---------------------------------- */
+
+/* HIP has no multicast objects (CUDA's cuMulticast* have no HIP twins). */
+static bool api_multicast_supported(api_device *d)
+{
+    (void)d;
+    return false;
+}
+
+static mxd_status api_symmetric_alloc(api_device *const *devs, int n,
+                                      size_t bytes, size_t *size,
+                                      uintptr_t *unicast, uintptr_t *multicast,
+                                      mxd_error *err)
+{
+    (void)devs, (void)n, (void)bytes, (void)size, (void)unicast;
+    (void)multicast;
+    return missing("multicast objects (HIP has none)", err);
+}
+
 #include "gpu_backend.inc"

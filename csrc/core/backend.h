@@ -17,6 +17,7 @@
 #include "hazard.h"
 #include "memory.h"
 #include "mxd.h"
+#include "symmetric.h"
 #include "sync.h"
 #include "trace.h"
 #include "watch.h"
@@ -231,6 +232,18 @@ struct mxd_backend {
     mxd_status (*host_write)(const mxd_view *dst, const mxd_copy_plan *plan,
                              const void *src, const mxd_wait *wait,
                              mxd_trace_note *note, mxd_error *err);
+
+    /* Optional (CUDA): multicast objects, for SymmetricPool (symmetric.h).
+     * `multicast` says whether the device can back one; `symmetric_alloc`
+     * allocates `bytes` (rounded up: *size) of memory on each of devs[0..n)
+     * (n at most MXD_MAX_SYMMETRIC_DEVICES, one backend), binds it all to
+     * one multicast object and maps both on each device: unicast[i] is
+     * where device i reaches its own memory, multicast[i] the object.
+     * Never freed: the pool is the driver's for the process. */
+    bool (*multicast)(const mxd_device *dev);
+    mxd_status (*symmetric_alloc)(mxd_device *const *devs, int n, size_t bytes,
+                                  size_t *size, uintptr_t *unicast,
+                                  uintptr_t *multicast, mxd_error *err);
 
     /* Watches (watch.h).  Optional: NULL makes watch.c's watcher thread
      * poll the point's event.  Arms w on the point ev is recorded at now,

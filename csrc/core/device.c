@@ -236,6 +236,20 @@ static long retain_queues(mxd_device *dev, mxd_queue ***out)
     return queues ? kept : -1;
 }
 
+bool mxd_device_is_idle(mxd_device *dev)
+{
+    mxd_error ignored; /* an unusable device is "busy": its wait reports */
+    if (mxd_device_check(dev, &ignored) != MXD_OK)
+        return false;
+    pthread_mutex_lock(&dev->mu);
+    bool idle = true;
+    /* A capturing queue is not idle: its synchronize refuses (SPEC 16). */
+    for (mxd_queue *q = dev->queues; idle && q; q = q->next)
+        idle = mxd_queue_is_idle(q) && !mxd_capture_of(q);
+    pthread_mutex_unlock(&dev->mu);
+    return idle;
+}
+
 mxd_status mxd_device_synchronize(mxd_device *dev, const mxd_wait *wait,
                                   mxd_error *err)
 {

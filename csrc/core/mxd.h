@@ -152,6 +152,10 @@ mxd_status mxd_enable_all_peer_access(mxd_error *err);
 mxd_queue *mxd_device_default_queue(mxd_device *dev, mxd_error *err);
 mxd_status mxd_device_synchronize(mxd_device *dev, const mxd_wait *wait,
                                   mxd_error *err);
+/* Whether no queue of dev has work pending and nothing stands in the way of
+ * a synchronize, which would return MXD_OK at once (a hint: work may be
+ * enqueued right after; on the CPU one load per queue). */
+bool mxd_device_is_idle(mxd_device *dev);
 
 /* What the device's driver supports, probed when it was opened. */
 typedef struct mxd_device_features {

@@ -84,6 +84,7 @@ typedef struct binding_state {
     PyObject *usages[BUFFER_USAGES];
     PyTypeObject *completion_type; /* HostHazardCompletion */
     PyTypeObject *graph_type;      /* DeviceGraph */
+    PyTypeObject *symmetric_type;  /* SymmetricPool */
     PyObject *cpu;                 /* the one CPU Device object */
     PyObject **accelerators;       /* per id, created on first use */
     int accelerator_count;
@@ -187,6 +188,8 @@ PyObject *binding_take_launch_trace(PyObject *module, PyObject *unused);
 
 /* The methods the Buffer type lists (buffer.c), from the other files. */
 PyObject *binding_buffer_subscript(PyObject *self, PyObject *key);
+PyObject *binding_buffer_sq_item(PyObject *self, Py_ssize_t i);
+PyObject *binding_buffer_iter(PyObject *self);
 int binding_buffer_ass_subscript(PyObject *self, PyObject *key,
                                  PyObject *value);
 PyObject *binding_buffer_item(PyObject *self, PyObject *unused);
@@ -201,8 +204,18 @@ PyObject *binding_buffer_contiguous(PyObject *self, PyObject *unused);
 PyObject *binding_buffer_to(PyObject *self, PyObject *target);
 PyObject *binding_buffer_to_kw(PyObject *self, PyObject *const *args,
                                Py_ssize_t nargs, PyObject *kwnames);
-PyObject *binding_buffer_stamp_write(PyObject *self, PyObject *completion);
-PyObject *binding_buffer_stamp_read(PyObject *self, PyObject *completion);
+PyObject *binding_buffer_stamp_write(PyObject *self, PyObject *const *args,
+                                     Py_ssize_t nargs, PyObject *kwnames);
+PyObject *binding_buffer_stamp_read(PyObject *self, PyObject *const *args,
+                                    Py_ssize_t nargs, PyObject *kwnames);
+/* MAX 26.7's private Buffer surface (buffer_view.c, buffer_copy.c). */
+PyObject *binding_buffer_getitem_kw(PyObject *self, PyObject *const *args,
+                                    Py_ssize_t nargs, PyObject *kwnames);
+PyObject *binding_buffer_setitem_kw(PyObject *self, PyObject *const *args,
+                                    Py_ssize_t nargs, PyObject *kwnames);
+PyObject *binding_buffer_iterate_indices(PyObject *self, PyObject *unused);
+PyObject *binding_release_to_borrowed(PyObject *module, PyObject *const *args,
+                                      Py_ssize_t nargs, PyObject *kwnames);
 /* batch_inplace_copy(dsts, srcs), copy_pinned_to_destinations(source,
  * destinations): module functions (buffer_copy.c). */
 PyObject *binding_batch_inplace_copy(PyObject *module, PyObject *const *args,
@@ -346,6 +359,8 @@ int binding_add_device_types(PyObject *module, binding_state *st);
 int binding_add_queue_type(PyObject *module, binding_state *st);
 int binding_add_event_type(PyObject *module, binding_state *st);
 int binding_add_flag_type(PyObject *module, binding_state *st);
+int binding_add_region_type(PyObject *module, binding_state *st);
+int binding_add_symmetric_type(PyObject *module, binding_state *st);
 
 /* ---- Cross-type helpers ------------------------------------------------- */
 

@@ -763,10 +763,77 @@ static PyObject *buffer_repr(PyObject *self)
     PyObject *shape = buffer_get_shape(self, NULL);
     if (shape == NULL)
         return NULL;
-    PyObject *text = PyUnicode_FromFormat(
-        "max.driver.%s(%S, %R, %R)", type_name(self), dtype, shape, b->stream);
+    /* The device, as MAX 26.7 shows it (cpu[0]); the queue too when it
+     * is not the device's default one, since MAX's text cannot tell two
+     * queues apart. */
+    mxd_queue *queue = ((QueueObject *)b->stream)->queue;
+    mxd_device *dev = mxd_queue_device(queue);
+    PyObject *text =
+        mxd_queue_is_default(queue)
+            ? PyUnicode_FromFormat("max.driver.%s(%S, %R, %s[%d])",
+                                   type_name(self), dtype, shape,
+                                   mxd_device_api(dev), mxd_device_id(dev))
+            : PyUnicode_FromFormat("max.driver.%s(%S, %R, %s[%d], stream=%R)",
+                                   type_name(self), dtype, shape,
+                                   mxd_device_api(dev), mxd_device_id(dev),
+                                   b->stream);
     Py_DECREF(shape);
     return text;
+}
+
+/* The decoded values of a contiguous host buffer as float64 bytes. */
+static PyObject *decoded_bytes(BufferObject *c)
+{
+    const mxd_dtype_info *info = buffer_dtype(c);
+    int64_t n = binding_buffer_count(c);
+    PyObject *bytes =
+        PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(double)));
+    if (bytes == NULL)
+        return NULL;
+    double *out = (double *)PyBytes_AS_STRING(bytes);
+    const unsigned char *src =
+        (const unsigned char *)mxd_memory_host(c->memory) + c->offset;
+    for (int64_t i = 0; i < n; i++) {
+        mxd_scalar s;
+        mxd_error err;
+        if (mxd_dtype_decode(info->code, src + i * info->size_in_bytes, &s,
+                             &err) != MXD_OK) {
+            Py_DECREF(bytes);
+            return binding_raise(&err);
+        }
+        out[i] = s.v.f;
+    }
+    return bytes;
+}
+
+/* What str() prints: to_numpy() for the dtypes NumPy holds; for bfloat16
+ * and the float8, float6 and float4 types their decoded values as float64
+ * (to_numpy() would give raw bytes, or refuse), as MAX 26.7 prints them. */
+static PyObject *display_array(PyObject *self, PyObject *np)
+{
+    mxd_dtype_kind kind = buffer_dtype(as_buffer(self))->kind;
+    if (kind == MXD_KIND_BOOL || kind == MXD_KIND_SIGNED ||
+        kind == MXD_KIND_UNSIGNED || kind == MXD_KIND_FLOAT)
+        return binding_to_numpy(self, NULL);
+    PyObject *copy = binding_buffer_contiguous(self, NULL); /* on the CPU */
+    if (copy == NULL)
+        return NULL;
+    PyObject *bytes = binding_buffer_host_wait(as_buffer(copy)) == 0
+                          ? decoded_bytes(as_buffer(copy))
+                          : NULL;
+    PyObject *shape = bytes ? buffer_get_shape(copy, NULL) : NULL;
+    Py_DECREF(copy);
+    PyObject *flat =
+        shape ? PyObject_CallMethod(np, "frombuffer", "Os", bytes, "float64")
+              : NULL;
+    PyObject *name = flat ? PyUnicode_FromString("reshape") : NULL;
+    PyObject *array =
+        name ? PyObject_CallMethodOneArg(flat, name, shape) : NULL;
+    Py_XDECREF(name);
+    Py_XDECREF(flat);
+    Py_XDECREF(shape);
+    Py_XDECREF(bytes);
+    return array;
 }
 
 /* Buffer([...], dtype=..., shape=..., device=...) with the data as NumPy
@@ -776,7 +843,7 @@ static PyObject *buffer_str(PyObject *self)
     PyObject *np = binding_import_numpy("str(Buffer)");
     if (np == NULL)
         return NULL;
-    PyObject *array = binding_to_numpy(self, NULL);
+    PyObject *array = display_array(self, np);
     PyObject *fn = array ? PyObject_GetAttrString(np, "array2string") : NULL;
     PyObject *args = fn ? PyTuple_Pack(1, array) : NULL;
     char prefix[64];
@@ -907,18 +974,43 @@ static PyMethodDef buffer_methods[] = {
      BINDING_DOC("to_numpy", "($self, /)",
                  "A NumPy array: a writable zero-copy alias of CPU and "
                  "pinned memory, a copy of accelerator memory.")},
-    {"_stamp_write", binding_buffer_stamp_write, METH_O,
-     BINDING_DOC("_stamp_write", "($self, completion, /)",
+    {"_stamp_write", FASTCALL_KW(binding_buffer_stamp_write),
+     METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("_stamp_write", "($self, /, completion)",
                  "Declares work the module does not see as the last write "
                  "into the storage: later copies and host access wait for "
                  "`completion` (a HostHazardCompletion); what the record held "
                  "before it (complete entries, those of its queue) is "
                  "dropped. No-op on untracked storage.")},
-    {"_stamp_read", binding_buffer_stamp_read, METH_O,
-     BINDING_DOC("_stamp_read", "($self, completion, /)",
+    {"_stamp_read", FASTCALL_KW(binding_buffer_stamp_read),
+     METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("_stamp_read", "($self, /, completion)",
                  "Declares work the module does not see as a read of the "
                  "storage: later writes wait for `completion`. No-op on "
                  "untracked storage.")},
+    {"__getitem__", FASTCALL_KW(binding_buffer_getitem_kw),
+     METH_FASTCALL | METH_KEYWORDS | METH_COEXIST,
+     BINDING_DOC("__getitem__", "($self, /, idx)",
+                 "buf[idx]: a view (an int or a slice per dimension; all "
+                 "ints give a rank-0 view).")},
+    {"__setitem__", FASTCALL_KW(binding_buffer_setitem_kw),
+     METH_FASTCALL | METH_KEYWORDS | METH_COEXIST,
+     BINDING_DOC("__setitem__", "($self, /, idx, value)",
+                 "buf[idx] = value: stores one element (an int per "
+                 "dimension).")},
+    {"_inplace_copy_from", FASTCALL_KW(binding_buffer_inplace_copy_from),
+     METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("_inplace_copy_from", "($self, /, src)",
+                 "MAX 26.7's name for inplace_copy_from, which it is "
+                 "here.")},
+    {"_view", FASTCALL_KW(binding_buffer_view_as),
+     METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("_view", "($self, /, dtype, shape=None)",
+                 "MAX 26.7's name for view, which it is here.")},
+    {"_iterate_indices", binding_buffer_iterate_indices, METH_NOARGS,
+     BINDING_DOC("_iterate_indices", "($self, /)",
+                 "Every index of the shape in row-major order (an iterator "
+                 "of tuples), as MAX's.")},
     {"_data_ptr", buffer_data_ptr, METH_NOARGS,
      BINDING_DOC("_data_ptr", "($self, /)",
                  "The address of the first element: the device address for "
@@ -959,6 +1051,8 @@ static PyType_Slot buffer_slots[] = {
     {Py_tp_methods, buffer_methods},
     {Py_tp_getset, buffer_getset},
     {Py_mp_subscript, binding_buffer_subscript},
+    {Py_sq_item, binding_buffer_sq_item},
+    {Py_tp_iter, binding_buffer_iter},
     {Py_mp_ass_subscript, binding_buffer_ass_subscript},
     {Py_bf_getbuffer, binding_buffer_getbuffer},
     {Py_bf_releasebuffer, binding_buffer_releasebuffer},
@@ -1019,39 +1113,48 @@ static int load_dtypes(binding_state *st)
     return 0;
 }
 
-/* Usage, an enum.Flag with MAX's members. */
+/* Usage, an enum.Flag with MAX's members, defined in Python: a class
+ * statement is the clear way to give an enum a method.  As MAX 26.7's (a
+ * nanobind enum.Flag): DEFAULT is listed among the members (len(Usage) ==
+ * 3, where enum.Flag leaves a 0-valued member out of iteration), repr() is
+ * str() (Usage.STAGING), and a negative value is refused (enum.Flag would
+ * take -1 as the complement of 0). */
+static const char usage_source[] =
+    "import enum\n"
+    "class Usage(enum.Flag):\n"
+    "    \"\"\"How a buffer's memory is allocated and ordered: DEFAULT, the\n"
+    "    device's own memory; STAGING, on an accelerator pinned host memory\n"
+    "    mapped into the device (on the CPU, ordinary memory); UNTRACKED, no\n"
+    "    hazard record: copies are ordered by queue order only and host\n"
+    "    access waits for nothing (item() waits for the buffer's "
+    "queue).\"\"\"\n"
+    "    DEFAULT = 0\n"
+    "    STAGING = 1\n"
+    "    UNTRACKED = 2\n"
+    "    __repr__ = enum.Flag.__str__\n"
+    "    @classmethod\n"
+    "    def _missing_(cls, value):\n"
+    "        if isinstance(value, int) and value < 0:\n"
+    "            raise ValueError(f'{value!r} is not a valid Usage')\n"
+    "        return super()._missing_(value)\n"
+    "if 'DEFAULT' not in Usage._member_names_:\n"
+    "    Usage._member_names_.insert(0, 'DEFAULT')\n";
+
 static PyObject *new_usage_type(void)
 {
-    PyObject *enum_module = PyImport_ImportModule("enum");
-    if (enum_module == NULL)
+    PyObject *globals = Py_BuildValue("{s:s}", "__name__", "max._core.driver");
+    if (globals == NULL)
         return NULL;
-    PyObject *flag = PyObject_GetAttrString(enum_module, "Flag");
-    Py_DECREF(enum_module);
-    PyObject *members =
-        flag ? Py_BuildValue("[(si)(si)(si)]", "DEFAULT", BUFFER_USAGE_DEFAULT,
-                             "STAGING", BUFFER_USAGE_STAGING, "UNTRACKED",
-                             BUFFER_USAGE_UNTRACKED)
-             : NULL;
-    PyObject *kwargs =
-        members ? Py_BuildValue("{s:s}", "module", "max._core.driver") : NULL;
-    PyObject *args = kwargs ? Py_BuildValue("(sO)", "Usage", members) : NULL;
-    PyObject *type = args ? PyObject_Call(flag, args, kwargs) : NULL;
-    Py_XDECREF(args);
-    Py_XDECREF(kwargs);
-    Py_XDECREF(members);
-    Py_XDECREF(flag);
-    PyObject *doc =
-        type ? PyUnicode_FromString(
-                   "How a buffer's memory is allocated and ordered: DEFAULT, "
-                   "the device's own memory; STAGING, on an accelerator "
-                   "pinned host memory mapped into the device (on the CPU, "
-                   "ordinary memory); UNTRACKED, no hazard record: copies "
-                   "are ordered by queue order only and host access waits "
-                   "for nothing (item() waits for the buffer's queue).")
-             : NULL;
-    if (doc == NULL || PyObject_SetAttrString(type, "__doc__", doc) < 0)
-        Py_CLEAR(type);
-    Py_XDECREF(doc);
+    PyObject *type = NULL;
+    if (PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins()) ==
+        0) {
+        PyObject *done =
+            PyRun_String(usage_source, Py_file_input, globals, globals);
+        type = done ? PyDict_GetItemString(globals, "Usage") : NULL;
+        Py_XINCREF(type);
+        Py_XDECREF(done);
+    }
+    Py_DECREF(globals);
     return type;
 }
 

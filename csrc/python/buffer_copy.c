@@ -185,12 +185,26 @@ static int copy_pairs(PyObject *dsts, PyObject *srcs)
     return 0;
 }
 
+/* `obj` as a fast sequence of (what should be) Buffers.  A Buffer is a
+ * sequence too (a rank-1 one iterates its elements) but never a list of
+ * buffers. */
+static PyObject *buffer_sequence(binding_state *st, const char *fname,
+                                 const char *param, PyObject *obj)
+{
+    if (PyObject_TypeCheck(obj, st->buffer_type) || !PySequence_Check(obj)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s(): '%s' must be a sequence of Buffers, not %.100s",
+                     fname, param, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    return PySequence_Fast(obj, "expected a sequence of Buffers");
+}
+
 static PyObject *copy_batch(binding_state *st, const char *fname,
                             PyObject *dsts, PyObject *srcs)
 {
-    PyObject *d = PySequence_Fast(dsts, "expected a sequence of Buffers");
-    PyObject *s =
-        d ? PySequence_Fast(srcs, "expected a sequence of Buffers") : NULL;
+    PyObject *d = buffer_sequence(st, fname, "dsts", dsts);
+    PyObject *s = d ? buffer_sequence(st, fname, "srcs", srcs) : NULL;
     int rc = s ? check_pairs(st, fname, d, s) : -1;
     if (rc == 0)
         rc = copy_pairs(d, s);
@@ -228,9 +242,7 @@ PyObject *binding_copy_pinned_to_destinations(PyObject *module,
     if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0 ||
         binding_check_type(fname, "source", argv[0], st->buffer_type) < 0)
         return NULL;
-    PyObject *dsts = PySequence_Fast(
-        argv[1], "copy_pinned_to_destinations(): "
-                 "'destinations' must be a sequence of Buffers");
+    PyObject *dsts = buffer_sequence(st, fname, "destinations", argv[1]);
     if (dsts == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(dsts);
@@ -260,14 +272,69 @@ static PyObject *stamp(PyObject *self, PyObject *obj, bool write)
     Py_RETURN_NONE;
 }
 
-PyObject *binding_buffer_stamp_write(PyObject *self, PyObject *completion)
+static const char *const stamp_names[] = {"completion"};
+
+PyObject *binding_buffer_stamp_write(PyObject *self, PyObject *const *args,
+                                     Py_ssize_t nargs, PyObject *kwnames)
 {
+    const binding_params params = {"_stamp_write", stamp_names, 1, 1};
+    PyObject *completion;
+    if (binding_parse_fast(&params, args, nargs, kwnames, &completion) < 0)
+        return NULL;
     return stamp(self, completion, true);
 }
 
-PyObject *binding_buffer_stamp_read(PyObject *self, PyObject *completion)
+PyObject *binding_buffer_stamp_read(PyObject *self, PyObject *const *args,
+                                    Py_ssize_t nargs, PyObject *kwnames)
 {
+    const binding_params params = {"_stamp_read", stamp_names, 1, 1};
+    PyObject *completion;
+    if (binding_parse_fast(&params, args, nargs, kwnames, &completion) < 0)
+        return NULL;
     return stamp(self, completion, false);
+}
+
+/* _release_buffers_to_borrowed(buffers), MAX 26.7's: a new handle per
+ * buffer over the same view of the same storage (the same hazard record).
+ * MAX's handle borrows the memory from its owner; here it shares it, so
+ * the memory stays valid while any handle lives (a borrowed handle that
+ * outlived its owner would read freed memory). */
+static const char *const borrowed_names[] = {"buffers"};
+
+PyObject *binding_release_to_borrowed(PyObject *module, PyObject *const *args,
+                                      Py_ssize_t nargs, PyObject *kwnames)
+{
+    const char *fname = "_release_buffers_to_borrowed";
+    const binding_params params = {fname, borrowed_names, 1, 1};
+    PyObject *buffers;
+    if (binding_parse_fast(&params, args, nargs, kwnames, &buffers) < 0)
+        return NULL;
+    binding_state *st = (binding_state *)PyModule_GetState(module);
+    PyObject *seq = buffer_sequence(st, fname, "buffers", buffers);
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (binding_check_type(fname, "buffers[i]", item, st->buffer_type) <
+            0) {
+            Py_CLEAR(out);
+            break;
+        }
+        BufferObject *b = as_buffer(item);
+        mxd_layout layout = binding_buffer_layout(b);
+        mxd_memory_retain(b->memory);
+        PyObject *handle =
+            binding_buffer_new(Py_TYPE(item), b->memory, b->stream,
+                               b->dtype_index, b->usage, &layout);
+        if (handle == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, handle);
+    }
+    Py_DECREF(seq);
+    return out;
 }
 
 /* copy(device=None) / copy(stream): a new contiguous buffer, never an

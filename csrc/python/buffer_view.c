@@ -89,8 +89,11 @@ static int parse_key(const char *what, PyObject *key, mxd_index *entries)
 {
     if (PyTuple_Check(key) || PyList_Check(key))
         return parse_entries(what, key, entries);
+    /* A Buffer is a sequence (it iterates) but never a key. */
     if (PySlice_Check(key) || PyIndex_Check(key) || PyUnicode_Check(key) ||
-        PyBytes_Check(key) || PyByteArray_Check(key) || !PySequence_Check(key))
+        PyBytes_Check(key) || PyByteArray_Check(key) ||
+        !PySequence_Check(key) ||
+        Py_TYPE(key)->tp_as_sequence->sq_item == binding_buffer_sq_item)
         return parse_entry(what, key, &entries[0]) < 0 ? -1 : 1;
     PyObject *seq = PySequence_Fast(key, "an index sequence");
     if (seq == NULL)
@@ -118,6 +121,86 @@ PyObject *binding_buffer_subscript(PyObject *self, PyObject *key)
                               b->dtype_index, b->usage, &out);
 }
 
+/* buf[i] through the sequence protocol, which iter(buf) uses: as MAX's
+ * Buffer, a rank-1 buffer iterates one rank-0 view per element (ending at
+ * the IndexError past its end); iterating any other rank raises
+ * ValueError, as buf[0] does there in MAX. */
+static PyObject *refuse_iteration(int rank)
+{
+    return PyErr_Format(PyExc_ValueError,
+                        "only a rank-1 Buffer iterates (one element view per "
+                        "index); this one has rank %d",
+                        rank);
+}
+
+PyObject *binding_buffer_iter(PyObject *self)
+{
+    int rank = buffer_rank(as_buffer(self));
+    return rank == 1 ? PySeqIter_New(self) : refuse_iteration(rank);
+}
+
+PyObject *binding_buffer_sq_item(PyObject *self, Py_ssize_t i)
+{
+    int rank = buffer_rank(as_buffer(self));
+    if (rank != 1)
+        return refuse_iteration(rank);
+    PyObject *key = PyLong_FromSsize_t(i);
+    PyObject *view = key ? binding_buffer_subscript(self, key) : NULL;
+    Py_XDECREF(key);
+    return view;
+}
+
+/* __getitem__(idx) and __setitem__(idx, value) called by name, with MAX's
+ * keyword names; buf[idx] itself goes through the mapping slots. */
+static const char *const getitem_names[] = {"idx", "value"};
+
+PyObject *binding_buffer_getitem_kw(PyObject *self, PyObject *const *args,
+                                    Py_ssize_t nargs, PyObject *kwnames)
+{
+    const binding_params params = {"__getitem__", getitem_names, 1, 1};
+    PyObject *idx;
+    if (binding_parse_fast(&params, args, nargs, kwnames, &idx) < 0)
+        return NULL;
+    return binding_buffer_subscript(self, idx);
+}
+
+PyObject *binding_buffer_setitem_kw(PyObject *self, PyObject *const *args,
+                                    Py_ssize_t nargs, PyObject *kwnames)
+{
+    const binding_params params = {"__setitem__", getitem_names, 2, 2};
+    PyObject *argv[2];
+    if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0 ||
+        binding_buffer_ass_subscript(self, argv[0], argv[1]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* _iterate_indices(): every index of the shape in row-major order, as
+ * MAX's (itertools.product of the dimensions' ranges). */
+PyObject *binding_buffer_iterate_indices(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    BufferObject *b = as_buffer(self);
+    int rank = buffer_rank(b);
+    PyObject *ranges = PyTuple_New(rank);
+    for (int i = 0; ranges != NULL && i < rank; i++) {
+        PyObject *r = PyObject_CallFunction((PyObject *)&PyRange_Type, "L",
+                                            (long long)b->dims[i]);
+        if (r == NULL)
+            Py_CLEAR(ranges);
+        else
+            PyTuple_SET_ITEM(ranges, i, r);
+    }
+    PyObject *itertools = ranges ? PyImport_ImportModule("itertools") : NULL;
+    PyObject *product =
+        itertools ? PyObject_GetAttrString(itertools, "product") : NULL;
+    PyObject *indices = product ? PyObject_Call(product, ranges, NULL) : NULL;
+    Py_XDECREF(product);
+    Py_XDECREF(itertools);
+    Py_XDECREF(ranges);
+    return indices;
+}
+
 /* ---- Scalars ------------------------------------------------------------ */
 
 /* NumPy's bool scalar ("numpy.bool_" before NumPy 2).  Tested before
@@ -129,8 +212,57 @@ static bool is_numpy_bool(PyObject *value)
     return strcmp(name, "numpy.bool") == 0 || strcmp(name, "numpy.bool_") == 0;
 }
 
-/* A Python or NumPy scalar (or bool) as a core scalar. */
-static int parse_scalar(const char *fname, PyObject *value, mxd_scalar *out)
+/* An integer beyond 64 bits, for a `kind` destination: as NumPy (and MAX
+ * 26.7) a float holds its nearest value (2**64 into float32 is
+ * 1.8446744e19) and a bool is True; an integer dtype cannot hold it. */
+static int parse_wide_int(const char *fname, PyObject *value, PyObject *index,
+                          mxd_dtype_kind kind, mxd_scalar *out)
+{
+    if (kind == MXD_KIND_BOOL) {
+        *out = mxd_scalar_bool(true);
+        return 0;
+    }
+    if (kind != MXD_KIND_SIGNED && kind != MXD_KIND_UNSIGNED) {
+        double f = PyLong_AsDouble(index); /* OverflowError past 1.8e308 */
+        if (f == -1.0 && PyErr_Occurred())
+            return -1;
+        *out = mxd_scalar_float(f);
+        return 0;
+    }
+    PyErr_Format(PyExc_OverflowError,
+                 "%s(): Python integer %R out of bounds for every integer "
+                 "dtype",
+                 fname, value);
+    return -1;
+}
+
+/* A Python int or NumPy integer (or integer rank-0 array) as a core
+ * scalar for a `kind` destination. */
+static int parse_int(const char *fname, PyObject *value, PyObject *index,
+                     mxd_dtype_kind kind, mxd_scalar *out)
+{
+    int overflow;
+    long long i = PyLong_AsLongLongAndOverflow(index, &overflow);
+    if (overflow > 0) {
+        unsigned long long u = PyLong_AsUnsignedLongLong(index);
+        if (u != (unsigned long long)-1 || !PyErr_Occurred()) {
+            *out = mxd_scalar_uint(u);
+            return 0;
+        }
+        PyErr_Clear();
+    }
+    if (overflow != 0)
+        return parse_wide_int(fname, value, index, kind, out);
+    if (i == -1 && PyErr_Occurred())
+        return -1;
+    *out = mxd_scalar_int(i);
+    return 0;
+}
+
+/* A Python or NumPy scalar (or bool, or rank-0 array) as a core scalar
+ * for a `kind` destination. */
+static int parse_scalar(const char *fname, PyObject *value, mxd_dtype_kind kind,
+                        mxd_scalar *out)
 {
     if (PyBool_Check(value)) {
         *out = mxd_scalar_bool(value == Py_True);
@@ -149,35 +281,17 @@ static int parse_scalar(const char *fname, PyObject *value, mxd_scalar *out)
     }
     if (PyIndex_Check(value)) { /* int, NumPy integers */
         PyObject *index = PyNumber_Index(value);
-        if (index == NULL)
-            return -1;
-        int overflow;
-        long long i = PyLong_AsLongLongAndOverflow(index, &overflow);
-        if (overflow > 0) {
-            unsigned long long u = PyLong_AsUnsignedLongLong(index);
+        if (index != NULL) {
+            int rc = parse_int(fname, value, index, kind, out);
             Py_DECREF(index);
-            if (u == (unsigned long long)-1 && PyErr_Occurred()) {
-                PyErr_Format(PyExc_OverflowError,
-                             "%s(): Python integer %R out of bounds for "
-                             "every integer dtype",
-                             fname, value);
-                return -1;
-            }
-            *out = mxd_scalar_uint(u);
-            return 0;
+            return rc;
         }
-        Py_DECREF(index);
-        if (overflow < 0) {
-            PyErr_Format(PyExc_OverflowError,
-                         "%s(): Python integer %R out of bounds for every "
-                         "integer dtype",
-                         fname, value);
+        /* A NumPy array has __index__ but refuses it unless it holds one
+         * integer: a rank-0 float array (np.array(1.5)) goes on below as
+         * a float, as NumPy and MAX store it. */
+        if (!PyErr_ExceptionMatches(PyExc_TypeError) || PyLong_Check(value))
             return -1;
-        }
-        if (i == -1 && PyErr_Occurred())
-            return -1;
-        *out = mxd_scalar_int(i);
-        return 0;
+        PyErr_Clear();
     }
     if (PyUnicode_Check(value) || PyBytes_Check(value) ||
         PyComplex_Check(value))
@@ -220,7 +334,7 @@ int binding_encode_scalar(const char *fname, const mxd_dtype_info *info,
                           PyObject *value, void *element)
 {
     mxd_scalar scalar;
-    if (parse_scalar(fname, value, &scalar) < 0)
+    if (parse_scalar(fname, value, info->kind, &scalar) < 0)
         return -1;
     mxd_error err;
     if (mxd_dtype_encode(info->code, scalar, element, &err) == MXD_OK)
@@ -310,6 +424,27 @@ static int access_element(BufferObject *b, int64_t offset, void *element,
     return 0;
 }
 
+static int refuse_slices(void)
+{
+    PyErr_SetString(PyExc_TypeError,
+                    "Buffer assignment takes one integer index per dimension "
+                    "(slices are not supported)");
+    return -1;
+}
+
+/* A slice as the key or as an entry of a tuple or list of them. */
+static bool has_slice(PyObject *key)
+{
+    if (PySlice_Check(key))
+        return true;
+    if (!PyTuple_Check(key) && !PyList_Check(key))
+        return false;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(key); i++)
+        if (PySlice_Check(PySequence_Fast_GET_ITEM(key, i)))
+            return true;
+    return false;
+}
+
 int binding_buffer_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
 {
     BufferObject *b = as_buffer(self);
@@ -317,18 +452,19 @@ int binding_buffer_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
         PyErr_SetString(PyExc_TypeError, "Buffer elements cannot be deleted");
         return -1;
     }
+    /* A slice is an index of the wrong type (TypeError, as MAX), refused
+     * before parsing so that a slice with step 0 is refused for that too
+     * (and after, for a slice inside another kind of sequence). */
+    if (has_slice(key))
+        return refuse_slices();
     mxd_index entries[MXD_MAX_RANK];
     int count = parse_key("Buffer assignment", key, entries);
     if (count < 0)
         return -1;
     int64_t indices[MXD_MAX_RANK];
     for (int i = 0; i < count; i++) {
-        if (entries[i].is_slice) {
-            PyErr_SetString(PyExc_ValueError,
-                            "Buffer assignment takes one integer index per "
-                            "dimension (slices are not supported)");
-            return -1;
-        }
+        if (entries[i].is_slice)
+            return refuse_slices();
         indices[i] = entries[i].value;
     }
     mxd_layout layout = binding_buffer_layout(b);

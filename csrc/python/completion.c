@@ -17,7 +17,7 @@ static mxd_completion *checked(PyObject *self)
         PyErr_SetString(PyExc_ValueError,
                         "this HostHazardCompletion was never made: use "
                         "HostHazardCompletion.record_on(queue) or "
-                        ".poisoned(queue, message)");
+                        ".poisoned(queue, error)");
     return c;
 }
 
@@ -38,10 +38,16 @@ static int check_queue(binding_state *st, const char *fname, PyObject *queue)
     return binding_check_type(fname, "queue", queue, st->queue_type);
 }
 
-static PyObject *completion_record_on(PyObject *cls, PyObject *queue)
+static const char *const record_on_names[] = {"queue"};
+
+static PyObject *completion_record_on(PyObject *cls, PyObject *const *args,
+                                      Py_ssize_t nargs, PyObject *kwnames)
 {
     binding_state *st = binding_type_state((PyTypeObject *)cls);
-    if (check_queue(st, "record_on", queue) < 0)
+    const binding_params params = {"record_on", record_on_names, 1, 1};
+    PyObject *queue;
+    if (binding_parse_fast(&params, args, nargs, kwnames, &queue) < 0 ||
+        check_queue(st, "record_on", queue) < 0)
         return NULL;
     mxd_queue *q = ((QueueObject *)queue)->queue;
     mxd_completion *c;
@@ -53,19 +59,22 @@ static PyObject *completion_record_on(PyObject *cls, PyObject *queue)
     return wrap((PyTypeObject *)cls, c);
 }
 
-/* A message argument: a str, as UTF-8 (borrowed from the object). */
-static const char *parse_message(const char *fname, PyObject *obj)
+/* A message argument named `param`: a str, as UTF-8 (borrowed from the
+ * object). */
+static const char *parse_message(const char *fname, const char *param,
+                                 PyObject *obj)
 {
     if (!PyUnicode_Check(obj)) {
         PyErr_Format(PyExc_TypeError,
-                     "%s(): argument 'message' must be str, not %.100s", fname,
-                     Py_TYPE(obj)->tp_name);
+                     "%s(): argument '%s' must be str, not %.100s", fname,
+                     param, Py_TYPE(obj)->tp_name);
         return NULL;
     }
     return PyUnicode_AsUTF8(obj);
 }
 
-static const char *const poisoned_names[] = {"queue", "message"};
+/* MAX 26.7's names: poisoned(queue, error), poison(message). */
+static const char *const poisoned_names[] = {"queue", "error"};
 
 static PyObject *completion_poisoned(PyObject *cls, PyObject *const *args,
                                      Py_ssize_t nargs, PyObject *kwnames)
@@ -76,7 +85,7 @@ static PyObject *completion_poisoned(PyObject *cls, PyObject *const *args,
     if (binding_parse_fast(&params, args, nargs, kwnames, argv) < 0 ||
         check_queue(st, "poisoned", argv[0]) < 0)
         return NULL;
-    const char *message = parse_message("poisoned", argv[1]);
+    const char *message = parse_message("poisoned", "error", argv[1]);
     if (message == NULL)
         return NULL;
     mxd_completion *c;
@@ -124,10 +133,17 @@ static PyObject *completion_wait(PyObject *self, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
-static PyObject *completion_poison(PyObject *self, PyObject *message)
+static const char *const poison_names[] = {"message"};
+
+static PyObject *completion_poison(PyObject *self, PyObject *const *args,
+                                   Py_ssize_t nargs, PyObject *kwnames)
 {
+    const binding_params params = {"poison", poison_names, 1, 1};
+    PyObject *message;
+    if (binding_parse_fast(&params, args, nargs, kwnames, &message) < 0)
+        return NULL;
     mxd_completion *c = checked(self);
-    const char *text = c ? parse_message("poison", message) : NULL;
+    const char *text = c ? parse_message("poison", "message", message) : NULL;
     if (text == NULL)
         return NULL;
     mxd_error err;
@@ -195,7 +211,7 @@ static PyObject *completion_tp_new(PyTypeObject *type, PyObject *args,
     PyErr_SetString(PyExc_TypeError,
                     "HostHazardCompletion cannot be created directly: use "
                     "HostHazardCompletion.record_on(queue) or "
-                    "HostHazardCompletion.poisoned(queue, message)");
+                    "HostHazardCompletion.poisoned(queue, error)");
     return NULL;
 }
 
@@ -210,15 +226,16 @@ static void completion_dealloc(PyObject *self)
 #define FASTCALL_KW(fn) (PyCFunction)(void (*)(void))(fn)
 
 static PyMethodDef completion_methods[] = {
-    {"record_on", completion_record_on, METH_O | METH_CLASS,
-     BINDING_DOC("record_on", "($cls, queue, /)",
+    {"record_on", FASTCALL_KW(completion_record_on),
+     METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
+     BINDING_DOC("record_on", "($cls, /, queue)",
                  "A completion at the current end of `queue`: ready once "
                  "everything enqueued on it so far has completed.")},
     {"poisoned", FASTCALL_KW(completion_poisoned),
      METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
-     BINDING_DOC("poisoned", "($cls, /, queue, message)",
+     BINDING_DOC("poisoned", "($cls, /, queue, error)",
                  "A completion of `queue` whose producer failed: ready at "
-                 "once, and waiting for it raises HostHazardError(message).")},
+                 "once, and waiting for it raises HostHazardError(error).")},
     {"is_ready", completion_is_ready, METH_NOARGS,
      BINDING_DOC("is_ready", "($self, /)",
                  "True once the point completed, or when poisoned (a "
@@ -228,8 +245,8 @@ static PyMethodDef completion_methods[] = {
                  "Blocks until ready (TimeoutError after `timeout` seconds; "
                  "the GIL is released and Ctrl-C interrupts); raises "
                  "HostHazardError when poisoned.")},
-    {"poison", completion_poison, METH_O,
-     BINDING_DOC("poison", "($self, message, /)",
+    {"poison", FASTCALL_KW(completion_poison), METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("poison", "($self, /, message)",
                  "Marks the producer as failed: the completion is ready, and "
                  "waits for it (and host access to memory whose record holds "
                  "it) raise HostHazardError(message). The first poison's "

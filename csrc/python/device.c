@@ -258,9 +258,11 @@ static PyObject *device_get_architecture_name(PyObject *self, void *closure)
         return PyUnicode_FromString(name);
     if (err.status == MXD_NO_MEMORY)
         return binding_raise(&err);
-    /* A device without an architecture name (the CPU) is a missing
-     * feature, not a bad argument: RuntimeError, as MAX raises. */
-    err.status = MXD_UNAVAILABLE;
+    /* The CPU has no architecture name: ValueError, as MAX 26.7 raises.
+     * A virtual device without a target architecture is a missing
+     * setting: RuntimeError naming the call that sets it. */
+    err.status =
+        mxd_device_is_host(dev_of(self)) ? MXD_INVALID : MXD_UNAVAILABLE;
     return binding_raise_prefixed("failed to get device architecture name",
                                   &err);
 }
@@ -295,12 +297,15 @@ static PyObject *device_get_stats(PyObject *self, void *closure)
     PyObject *dict = PyDict_New();
     if (dict == NULL)
         return NULL;
+    /* MAX's keys on every device: the graph memory counters are 0 where
+     * there is no graph memory pool (the CPU), as MAX 26.7 reports. */
+    if (!stats.has_graph_memory)
+        stats.graph_mem_reserved = stats.graph_mem_used = 0;
     if (set_u64_item(dict, "free_memory", stats.free_memory) < 0 ||
         set_u64_item(dict, "total_memory", stats.total_memory) < 0 ||
-        (stats.has_graph_memory &&
-         (set_u64_item(dict, "graph_mem_reserved", stats.graph_mem_reserved) <
-              0 ||
-          set_u64_item(dict, "graph_mem_used", stats.graph_mem_used) < 0))) {
+        set_u64_item(dict, "graph_mem_reserved", stats.graph_mem_reserved) <
+            0 ||
+        set_u64_item(dict, "graph_mem_used", stats.graph_mem_used) < 0) {
         Py_DECREF(dict);
         return NULL;
     }
@@ -370,13 +375,13 @@ static PyGetSetDef device_getset[] = {
      "Whether the device shares physical memory with the host.", NULL},
     {"architecture_name", device_get_architecture_name, NULL,
      "The accelerator architecture, e.g. \"sm_90\" or \"gfx942\"; "
-     "RuntimeError on the CPU.",
+     "ValueError on the CPU.",
      NULL},
     {"model_name", device_get_model_name, NULL,
      "The device's model name (the processor model for the CPU).", NULL},
     {"stats", device_get_stats, NULL,
-     "Memory statistics: a dict of ints (free_memory, total_memory, and on "
-     "GPUs graph_mem_reserved and graph_mem_used).",
+     "Memory statistics: a dict of ints (free_memory, total_memory, "
+     "graph_mem_reserved and graph_mem_used, 0 on the CPU).",
      NULL},
     {"max_single_alloc_size", device_get_max_single_alloc_size, NULL,
      "The largest single allocation in bytes.", NULL},
@@ -402,9 +407,13 @@ static PyObject *device_synchronize(PyObject *self, PyObject *const *args,
     binding_wait w;
     binding_wait_init(&w, timeout);
     mxd_error err;
-    binding_wait_release_gil(&w);
-    mxd_status status = mxd_device_synchronize(dev_of(self), &w.wait, &err);
-    binding_wait_acquire_gil(&w);
+    mxd_status status = MXD_OK;
+    /* Idle: nothing to wait for, and no GIL round trip to pay for it. */
+    if (!mxd_device_is_idle(dev_of(self))) {
+        binding_wait_release_gil(&w);
+        status = mxd_device_synchronize(dev_of(self), &w.wait, &err);
+        binding_wait_acquire_gil(&w);
+    }
     if (status != MXD_OK)
         return binding_raise(&err);
     Py_RETURN_NONE;

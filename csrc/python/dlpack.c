@@ -678,6 +678,15 @@ static int tensor_layout(const mxd_dl_tensor *t, int64_t element_size,
         memcpy(layout->strides, t->strides, (size_t)t->ndim * sizeof(int64_t));
     else
         mxd_contiguous_strides(t->ndim, layout->shape, layout->strides);
+    /* A dimension of size 1 is never stepped along, so its stride is free
+     * (NumPy gives a reversed one a negative stride): it takes the packed
+     * one, so that the import is contiguous when NumPy (and MAX 26.7) call
+     * the array C-contiguous. */
+    int64_t packed[MXD_MAX_RANK];
+    mxd_contiguous_strides(t->ndim, layout->shape, packed);
+    for (int i = 0; i < t->ndim; i++)
+        if (layout->shape[i] == 1)
+            layout->strides[i] = packed[i];
     mxd_error err;
     if (mxd_shape_size(t->ndim, layout->shape, element_size, NULL, NULL,
                        &err) != MXD_OK) {
@@ -811,8 +820,8 @@ static PyObject *import_capsule(binding_state *st, PyObject *capsule,
         return NULL;
     }
     bool readonly = (flags & MXD_DL_FLAG_READ_ONLY) != 0;
-    if (readonly && spec->copy == 0) {
-        PyErr_SetString(PyExc_ValueError,
+    if (readonly && spec->copy == 0) { /* BufferError: the array API's */
+        PyErr_SetString(PyExc_BufferError,
                         "from_dlpack(): the tensor is read-only and "
                         "copy=False forbids a copy");
         return NULL;

@@ -129,6 +129,20 @@ static PyMethodDef module_methods[] = {
                  "dst is src are skipped), all checked before anything is "
                  "enqueued: ValueError for unequal lengths or any mismatch, "
                  "and then nothing is copied.")},
+    {"_batch_inplace_copy",
+     (PyCFunction)(void (*)(void))binding_batch_inplace_copy,
+     METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("_batch_inplace_copy", "(dsts, srcs)",
+                 "MAX 26.7's name for batch_inplace_copy, which it is "
+                 "here.")},
+    {"_release_buffers_to_borrowed",
+     (PyCFunction)(void (*)(void))binding_release_to_borrowed,
+     METH_FASTCALL | METH_KEYWORDS,
+     BINDING_DOC("_release_buffers_to_borrowed", "(buffers)",
+                 "A new handle for each buffer over the same view of the "
+                 "same storage, sharing its hazard record (MAX 26.7's "
+                 "borrowed wrappers). The memory stays valid while any "
+                 "handle lives.")},
     {"copy_pinned_to_destinations",
      (PyCFunction)(void (*)(void))binding_copy_pinned_to_destinations,
      METH_FASTCALL | METH_KEYWORDS,
@@ -242,6 +256,8 @@ static int module_exec(PyObject *module)
         binding_add_queue_type(module, st) < 0 ||
         binding_add_event_type(module, st) < 0 ||
         binding_add_flag_type(module, st) < 0 ||
+        binding_add_region_type(module, st) < 0 ||
+        binding_add_symmetric_type(module, st) < 0 ||
         binding_add_completion_type(module, st) < 0 ||
         binding_add_graph_type(module, st) < 0 ||
         binding_add_buffer_types(module, st) < 0 ||

@@ -20,6 +20,7 @@ from max._core.driver import (
 )
 from max._core.driver import (
     HostHazardError,
+    SymmetricPool,
     batch_inplace_copy,
     copy_pinned_to_destinations,
     enable_all_peer_access,
@@ -28,6 +29,8 @@ from max._core.driver import (
     __unsafe_pack_py_host_func as __unsafe_pack_py_host_func,
 )
 
+from .buffer import _ChunkedStagingRegion as _ChunkedStagingRegion
+from .buffer import load_max_buffer
 from .driver import (
     CPU,
     Accelerator,
@@ -80,6 +83,7 @@ __all__ = [
     "DeviceSpec",
     "HostHazardError",
     "LaunchTraceEntry",
+    "SymmetricPool",
     "Usage",
     "accelerator_api",
     "accelerator_architecture_name",
@@ -100,6 +104,7 @@ __all__ = [
     "is_virtual_device_mode",
     "launch_trace",
     "load_devices",
+    "load_max_buffer",
     "scan_available_devices",
     "set_virtual_cpu_target",
     "set_virtual_device_api",

@@ -155,8 +155,8 @@ def accelerator_architecture_name() -> str:
     """Returns the architecture name of accelerator 0, e.g. ``"sm_90"``.
 
     Raises:
-        RuntimeError: no accelerator is present (the CPU has no architecture
-            name).
+        ValueError: no accelerator is present (the CPU has no architecture
+            name), as MAX raises.
     """
     if accelerator_count() > 0:
         return Accelerator().architecture_name
@@ -238,14 +238,14 @@ def scan_available_devices() -> list[DeviceSpec]:
     return [DeviceSpec.accelerator(i) for i in range(count)]
 
 
-def devices_exist(device_specs: Iterable[DeviceSpec]) -> bool:
+def devices_exist(devices: Iterable[DeviceSpec]) -> bool:
     """Whether every spec names an existing device.
 
     A CPU spec always exists (the host); a GPU spec exists when its id is
     below ``accelerator_count()``.
     """
     count: int | None = None
-    for spec in device_specs:
+    for spec in devices:
         if spec.device_type == "cpu":
             continue
         if count is None:

@@ -49,12 +49,40 @@ _Static_assert(SAME_TYPE(__typeof__(((cu_memcpy2d *)0)->srcArray), CUarray),
  * defined here only, after the header's own use of the name). */
 #define cu_memcpy2d CUDA_MEMCPY2D
 #define cu_mem_access_desc CUmemAccessDesc
+#define cu_mem_alloc_prop CUmemAllocationProp
+#define cu_multicast_prop CUmulticastObjectProp
 #define CHECK_CUDA_ENTRY(name, version, kind, ret, params)                     \
     _Static_assert(SAME_TYPE(__typeof__(&name), ret(*) params),                \
                    #name " differs from cuda.h");
 CUDA_ENTRY_POINTS(CHECK_CUDA_ENTRY)
 #undef cu_memcpy2d
 #undef cu_mem_access_desc
+#undef cu_mem_alloc_prop
+#undef cu_multicast_prop
+
+/* Our cu_mem_alloc_prop and cu_multicast_prop (compared as the SDK's types
+ * in the prototypes above) have the SDK's layouts. */
+#define CHECK_LAYOUT(ours, theirs, field)                                      \
+    _Static_assert(offsetof(ours, field) == offsetof(theirs, field) &&         \
+                       sizeof(((ours *)0)->field) ==                           \
+                           sizeof(((theirs *)0)->field),                       \
+                   #theirs "." #field);
+CHECK_LAYOUT(cu_mem_alloc_prop, CUmemAllocationProp, type)
+CHECK_LAYOUT(cu_mem_alloc_prop, CUmemAllocationProp, requestedHandleTypes)
+CHECK_LAYOUT(cu_mem_alloc_prop, CUmemAllocationProp, location)
+CHECK_LAYOUT(cu_mem_alloc_prop, CUmemAllocationProp, win32HandleMetaData)
+CHECK_LAYOUT(cu_mem_alloc_prop, CUmemAllocationProp, allocFlags)
+CHECK_LAYOUT(cu_multicast_prop, CUmulticastObjectProp, numDevices)
+CHECK_LAYOUT(cu_multicast_prop, CUmulticastObjectProp, size)
+CHECK_LAYOUT(cu_multicast_prop, CUmulticastObjectProp, handleTypes)
+CHECK_LAYOUT(cu_multicast_prop, CUmulticastObjectProp, flags)
+#undef CHECK_LAYOUT
+_Static_assert(sizeof(cu_mem_alloc_prop) == sizeof(CUmemAllocationProp),
+               "sizeof CUmemAllocationProp");
+_Static_assert(sizeof(cu_multicast_prop) == sizeof(CUmulticastObjectProp),
+               "sizeof CUmulticastObjectProp");
+_Static_assert(SAME_TYPE(cu_mem_handle, CUmemGenericAllocationHandle),
+               "CUmemGenericAllocationHandle");
 
 /* Our cu_mem_access_desc (in cuMemPoolSetAccess, compared as
  * CUmemAccessDesc above) is CUmemAccessDesc field for field. */
@@ -129,6 +157,10 @@ CHECK_CONSTANT(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
 CHECK_CONSTANT(CU_MEM_LOCATION_TYPE_DEVICE)
 CHECK_CONSTANT(CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 CHECK_CONSTANT(CU_STREAM_CAPTURE_MODE_RELAXED)
+CHECK_CONSTANT(CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED)
+CHECK_CONSTANT(CU_MEM_ALLOCATION_TYPE_PINNED)
+CHECK_CONSTANT(CU_MEM_ALLOC_GRANULARITY_MINIMUM)
+CHECK_CONSTANT(CU_MULTICAST_GRANULARITY_RECOMMENDED)
 #undef CHECK_CONSTANT
 #endif
 

@@ -270,12 +270,11 @@ def test_data_ptr_of_the_second_device(acc1, api):
 
 def test_repr_on_the_accelerator(acc, aq):
     buf = Buffer(DType.float32, (2, 3), acc)
-    assert (
-        repr(buf) == f"max.driver.Buffer(DType.float32, (2, 3), {acc.default_queue!r})"
-    )
+    device = f"{acc.api}[{acc.id}]"
+    assert repr(buf) == f"max.driver.Buffer(DType.float32, (2, 3), {device})"
     assert (
         repr(Buffer(DType.int8, (5,), aq))
-        == f"max.driver.Buffer(DType.int8, (5,), {aq!r})"
+        == f"max.driver.Buffer(DType.int8, (5,), {device}, stream={aq!r})"
     )
 
 

@@ -116,6 +116,7 @@ static void fake_init(void)
         cfg->queue_depth = 1;
     cfg->stream_mem_ops = (int)fake_env_int("FAKE_GPU_STREAM_MEM_OPS", 1) != 0;
     cfg->memory_pools = (int)fake_env_int("FAKE_GPU_MEMORY_POOLS", 1) != 0;
+    cfg->multicast = (int)fake_env_int("FAKE_GPU_MULTICAST", 1) != 0;
     cfg->cross_device_events =
         fake_env_int("FAKE_GPU_CROSS_DEVICE_EVENTS", 1) != 0;
     cfg->context_check = fake_env_int("FAKE_GPU_CONTEXT_CHECK", 1) != 0;

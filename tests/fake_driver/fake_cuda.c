@@ -239,6 +239,9 @@ static bool fake_attribute(cu_device_attribute attrib, int *value)
     case FAKE_CU_ATTR_CC_MAJOR: *value = cfg->cc_major; return true;
     case FAKE_CU_ATTR_CC_MINOR: *value = cfg->cc_minor; return true;
     case FAKE_CU_ATTR_MEMORY_POOLS: *value = cfg->memory_pools; return true;
+    case FAKE_CU_ATTR_MULTICAST_SUPPORTED:
+        *value = cfg->multicast;
+        return cfg->driver_version >= 12010;
     case FAKE_CU_ATTR_STREAM_MEM_OPS_V1:
     case FAKE_CU_ATTR_64_BIT_STREAM_MEM_OPS_V1:
         *value = cfg->stream_mem_ops;

@@ -80,7 +80,7 @@ int fake_device_of(uintptr_t addr)
     for (int d = 0; fake_devs != NULL && d < fake_cfg()->devices; d++)
         if (addr >= fake_devs[d].base && addr < fake_devs[d].end)
             return d;
-    return -1;
+    return fake_vmm_device_of(addr); /* memory mapped by hand */
 }
 
 /* The index of the first allocation whose base is above addr. */
@@ -99,6 +99,8 @@ static size_t fake_upper(const fake_devmem *m, uintptr_t addr)
 
 fake_dmem *fake_dmem_at(uintptr_t addr)
 {
+    if (fake_vmm_device_of(addr) >= 0) /* memory mapped by hand */
+        return fake_vmm_at(addr);
     int d = fake_device_of(addr);
     if (d < 0)
         return NULL;

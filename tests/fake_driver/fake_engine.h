@@ -288,6 +288,10 @@ void fake_uncharge(int device, size_t bytes);
 int fake_device_of(uintptr_t addr);
 /* The allocation (pending or live) whose bytes include addr, or NULL. */
 fake_dmem *fake_dmem_at(uintptr_t addr);
+/* fake_vmm.c: memory mapped by hand (a range mapped and granted access),
+ * as the device memory it is; NULL / -1 outside such ranges. */
+fake_dmem *fake_vmm_at(uintptr_t addr);
+int fake_vmm_device_of(uintptr_t addr);
 void fake_dmem_unref(fake_dmem *m);
 /* Runs a FAKE_ITEM_ALLOC or FAKE_ITEM_FREE item. */
 void fake_dmem_run(fake_stream *s, fake_item *it);

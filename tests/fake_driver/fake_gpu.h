@@ -70,6 +70,7 @@ enum {
     FAKE_CU_ATTR_64_BIT_STREAM_MEM_OPS_V1 = 93,
     FAKE_CU_ATTR_MEMORY_POOLS = 115,
     FAKE_CU_ATTR_64_BIT_STREAM_MEM_OPS = 122, /* CUDA 12.0 and later */
+    FAKE_CU_ATTR_MULTICAST_SUPPORTED = 132,   /* CUDA 12.1 and later */
     FAKE_HIP_ATTR_INTEGRATED = 16,            /* hipDeviceAttributeIntegrated */
     FAKE_HIP_ATTR_MAX_PITCH = 58,             /* hipDeviceAttributeMaxPitch */
     FAKE_HIP_ATTR_MEMORY_POOLS = 88,
@@ -156,6 +157,7 @@ typedef struct fake_config {
     long long queue_depth; /* pending items a stream takes before it blocks */
     int stream_mem_ops; /* 0: no cuStreamWaitValue64 / hipStreamWaitValue64 */
     int memory_pools;   /* 0: no stream-ordered allocation */
+    int multicast;      /* 0: no multicast objects (fake_vmm.c) */
     /* The real-driver rules that can be turned off (README, "Real-driver
      * rules"): each is on unless its variable is 0. */
     int cross_device_events; /* a cross-device event record is a violation */
