@@ -13,7 +13,7 @@ import statistics
 import time
 import timeit
 
-from benchmarks.run import Result, _rss_bytes
+from benchmarks.common import Result, Run, rss_bytes, section
 from max import driver
 from max.dtype import DType
 
@@ -158,21 +158,22 @@ def memory_growth(count: int) -> Result:
     for _ in range(100_000):  # the allocator's caches reach their steady state
         driver.Buffer(DType.float32, (16,))
     gc.collect()
-    rss = _rss_bytes()
+    rss = rss_bytes()
     for _ in range(count):
         driver.Buffer(DType.float32, (16,))
     gc.collect()
     return Result(
         f"{count:,} Buffer(float32, (16,)) created+dropped: memory growth MiB",
-        (_rss_bytes() - rss) / 2**20,
+        (rss_bytes() - rss) / 2**20,
         f"RSS {rss / 2**20:.1f} MiB before",
         1,
         section=SECTION,
     )
 
 
-def benchmark(scale_down: int) -> list[Result]:
-    results = per_call(reps=7, number=200_000 // scale_down)
-    results.append(copy_bandwidth(reps=9 if scale_down == 1 else 3, mib=64))
-    results.append(memory_growth(count=1_000_000 // scale_down))
+@section(SECTION, order=20, skip_reason=lambda: numpy_skip_reason())
+def benchmark(run: Run) -> list[Result]:
+    results = per_call(reps=7, number=200_000 // run.scale_down)
+    results.append(copy_bandwidth(reps=run.reps(9, 3), mib=64))
+    results.append(memory_growth(count=1_000_000 // run.scale_down))
     return results

@@ -29,8 +29,9 @@ import threading
 import time
 from pathlib import Path
 
+from benchmarks import fake_gpu
+from benchmarks.common import Result, Run, section
 from benchmarks.fake_gpu import SECTION, build_fake, child_json
-from benchmarks.run import Result
 
 # The modelled copy engine: 2 GiB/s, so that a 4 MiB copy takes 2 ms, several
 # times the host memcpy of the same bytes here.
@@ -126,6 +127,11 @@ def results(samples: dict[str, list[float]], mib: int, steps: int) -> list[Resul
             section=SECTION,
         ),
     ]
+
+
+@section(SECTION, order=51, skip_reason=lambda: fake_gpu.skip_reason())
+def pipelines_benchmark(run: Run) -> list[Result]:
+    return benchmark(reps=run.reps(5, 2))
 
 
 def benchmark(reps: int, mib: int = 4, steps: int = 8) -> list[Result]:

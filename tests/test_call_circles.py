@@ -208,3 +208,9 @@ def test_process_c_calls_no_module_by_name():
     """The fork and exit hooks come as tables (init.c registers them), so
     process.c, which every module calls back, depends on error.c alone."""
     assert c_call_graph(ROOT / "csrc" / "core")["process"] == {"error"}
+
+
+def test_no_import_circle_in_benchmarks():
+    graph = python_import_graph(ROOT / "benchmarks")
+    assert "run" in graph and any(graph.values())
+    assert circles(graph) == []

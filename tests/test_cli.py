@@ -142,7 +142,7 @@ def test_cli_self_check_and_timings(cli: subprocess.CompletedProcess[str]) -> No
 def test_cli_baseline_is_the_benchmarks_baseline() -> None:
     if str(ROOT) not in sys.path:  # for `benchmarks`, a top-level directory
         sys.path.insert(0, str(ROOT))
-    from benchmarks.run import NOOP
+    from benchmarks.common import NOOP
     from max.driver.__main__ import NOOP_STATEMENT
 
     assert NOOP_STATEMENT == NOOP
