@@ -15,6 +15,15 @@ from typing import Any
 # max._core.driver as in MAX, SPEC §12.6).  Names starting with "__" are
 # only mangled inside class bodies, so the module-level import is literal.
 from max._core import __version__ as __version__
+
+try:  # selects the backend; a forced backend that fails is an ImportError
+    import max._core.driver as _native  # noqa: F401
+except ImportError as _error:
+    from max.driver import _cli
+
+    _cli.import_failed(_error)  # python -m max.driver: explains and exits
+    raise
+
 from max._core.driver import (
     HostHazardCompletion as HostHazardCompletion,
 )
