@@ -1,6 +1,7 @@
-"""Buffers on the CPU against NumPy, in the same run (DESIGN.md's second
-table): per-call costs against each call's NumPy twin, the bandwidth of a
-large copy against ``np.copyto``, and memory growth over many buffers.
+"""Buffers on the CPU against NumPy, in the same run (the second table of
+targets in docs/benchmarks.md): per-call costs against each call's NumPy
+twin, the bandwidth of a large copy against ``np.copyto``, and memory growth
+over many buffers.
 
 NumPy is an optional dependency of the benchmarks (the ``bench`` extra):
 :func:`numpy_skip_reason` says why these cannot run without it."""
@@ -44,7 +45,7 @@ CALLS: list[tuple[str, str, str, float | None]] = [
     ("buf[1:3, ::2] (a view)", "buf[1:3, ::2]", "a[1:3, ::2]", 1.5),
     ("buf.item() (one element)", "one.item()", "a1.item()", 1.5),
     ("buf[i, j] = v", "buf[1, 2] = 0.5", "a[1, 2] = 0.5", 1.5),
-    # The hazard records' price on calls that touch them (SPEC §12.6): a
+    # The hazard records' price on calls that touch them: a
     # buffer on one queue with nothing pending pays a load or two.
     ("Buffer.zeros((4, 6), DType.float32)", "zeros((4, 6), f32)",
      "np.zeros((4, 6), np_f32)", None),

@@ -1,8 +1,8 @@
-"""The CPU device's queues, events, flags and host functions (DESIGN's
-first table): per-call costs against a no-op C method call, host-function
-throughput against ``ThreadPoolExecutor(1)``, wake latency against
-``threading.Event``, a two-queue ping-pong, the launch trace's cost, and
-scale (memory and threads over many events and queues)."""
+"""The CPU device's queues, events, flags and host functions (the first table
+of targets in docs/benchmarks.md): per-call costs against a no-op C method
+call, host-function throughput against ``ThreadPoolExecutor(1)``, wake
+latency against ``threading.Event``, a two-queue ping-pong, the launch
+trace's cost, and scale (memory and threads over many events and queues)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def per_call(reps: int, number: int) -> list[Result]:
         for stmt, timer in timers.items():
             samples[stmt].append(timer.timeit(number) / number)
     # The ratio is per statement as timeit measures it (loop included), as
-    # DESIGN.md's "no-op C method call (about 25 ns)" is; the detail also
+    # docs/benchmarks.md's no-op figure is; the detail also
     # gives both costs net of the loop, the stricter view.
     loop = statistics.median(samples["pass"])
     noop = statistics.median(samples[NOOP])

@@ -5,7 +5,7 @@ Two Python threads each run an upload -> device copy -> download pipeline
 over buffers of their own, on two queues of one device, against the same two
 pipelines run one after the other (the time they would take if they did not
 overlap at all); as info, also with both threads on one queue.  Hazard
-records (SPEC §12.6) link nothing but the memory an operation touches, so
+records link nothing but the memory an operation touches, so
 on two queues the pipelines overlap: the ratio is near 0.5 when they overlap
 fully.  (Under the old rule a copy joined its source's CPU queue, the
 CPU's default queue that both pipelines' host buffers share.)

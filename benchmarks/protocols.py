@@ -1,4 +1,4 @@
-"""SPEC §15's protocols on the CPU, each against its usual alternative in the
+"""The Python protocols on the CPU, each against its usual alternative in the
 same run: `await` against ``loop.run_in_executor(None, event.synchronize)``
 and against awaiting plain asyncio futures, and pickling a 64 MiB Buffer
 against pickling a NumPy array of the same bytes.

@@ -1,4 +1,4 @@
-"""Type stub of the native module ``max._core.driver`` (see SPEC.md)."""
+"""Type stub of the native module ``max._core.driver`` (docs/api.md documents it)."""
 
 import os
 from collections.abc import Callable, Generator, Sequence

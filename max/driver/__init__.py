@@ -12,7 +12,7 @@ from typing import Any
 
 # __version__, HostHazardCompletion and __unsafe_pack_py_host_func are
 # importable but deliberately not in __all__ (HostHazardCompletion lives in
-# max._core.driver as in MAX, SPEC §12.6).  Names starting with "__" are
+# max._core.driver as in MAX).  Names starting with "__" are
 # only mangled inside class bodies, so the module-level import is literal.
 from max._core import __version__ as __version__
 
