@@ -425,3 +425,21 @@ def test_cli_is_requested_only_for_this_module(monkeypatch: Any) -> None:
         monkeypatch.setattr(sys, "argv", argv)
         monkeypatch.setattr(sys, "orig_argv", orig_argv)
         assert _cli.requested() is expected, (argv, orig_argv)
+
+
+def test_a_closed_pipe_ends_it_quietly() -> None:
+    """`python -m max.driver | head -1`: no BrokenPipeError traceback when
+    the reader is gone (here before anything was written)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "max.driver"],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the report is printed after the self-check
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=TIMEOUT_S) == 1
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr

@@ -331,5 +331,18 @@ def main(argv: list[str] | None = None) -> int:
     return _cli.PASSED if result["passed"] else _cli.FAILED
 
 
+def _main_piped() -> int:
+    """main(), quiet when stdout closes early (``python -m max.driver |
+    head``), as Python's documentation recommends for SIGPIPE."""
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the exit's flush fails no more
+        return _cli.FAILED
+    return status
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main_piped())
