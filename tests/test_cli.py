@@ -372,6 +372,26 @@ def test_an_unbuilt_checkout_is_explained(tmp_path: Path) -> None:
     assert f"is not in {tree / 'max'}/_core" in proc.stderr
     assert f"the source checkout {tree}" in proc.stderr
     assert "pip install -e ." in proc.stderr and "another directory" in proc.stderr
+    assert "An installed copy" not in proc.stderr
+
+    # With `pip install .` done: the installed copy is named.
+    site = tmp_path / "site-packages"
+    info = site / "max_driver-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: max-driver\n")
+    (site / "max" / "_core").mkdir(parents=True)
+    (site / "max" / "_core" / "driver.cpython-3x-x86_64-linux-gnu.so").touch()
+    proc = subprocess.run(
+        [sys.executable, "-m", "max.driver"],
+        cwd=tree,
+        env=_env(PYTHONPATH=str(site)),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert f"An installed copy is in {site / 'max'}." in proc.stderr
 
     code = (
         "try:\n"

@@ -136,12 +136,28 @@ def missing_extension_message(error: ImportError) -> str | None:
             "the installed package (pip install . installs a copy into "
             "site-packages).",
         ]
+        installed = _installed_copy()
+        if installed and os.path.realpath(installed) != os.path.realpath(here):
+            lines.append(f"An installed copy is in {installed}.")
     else:
         lines.append(
             f"The installation is incomplete: reinstall {DISTRIBUTION} (pip "
             f"install --force-reinstall {DISTRIBUTION})."
         )
     return "\n".join(lines)
+
+
+def _installed_copy() -> str | None:
+    """The folder max/ of an installed (not editable) max-driver that holds
+    the extension, if any (a checkout's own build metadata is skipped)."""
+    for dist in metadata.distributions(name=DISTRIBUTION):
+        core = os.path.join(str(dist.locate_file("max")), "_core")
+        if os.path.isdir(core) and any(
+            name.startswith("driver.") and name.endswith(".so")
+            for name in os.listdir(core)
+        ):
+            return os.path.dirname(core)
+    return None
 
 
 def selection_lines(entries: list[dict[str, Any]]) -> list[str]:
