@@ -22,10 +22,12 @@ def _env(**overrides: str) -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], cwd: Path = ROOT, **env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *args],
-        cwd=ROOT,
+        cwd=cwd,
         env=_env(**env),
         capture_output=True,
         text=True,
@@ -359,15 +361,7 @@ def test_an_unbuilt_checkout_is_explained(tmp_path: Path) -> None:
     """Issue 26: `pip install .` then `python -m max.driver` in the checkout
     imports the checkout's max/, which holds no extension."""
     tree = _unbuilt_checkout(tmp_path)
-    proc = subprocess.run(
-        [sys.executable, "-m", "max.driver"],
-        cwd=tree,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
+    proc = _run(["-m", "max.driver"], cwd=tree)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert f"is not in {tree / 'max'}/_core" in proc.stderr
     assert f"the source checkout {tree}" in proc.stderr
@@ -381,15 +375,7 @@ def test_an_unbuilt_checkout_is_explained(tmp_path: Path) -> None:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: max-driver\n")
     (site / "max" / "_core").mkdir(parents=True)
     (site / "max" / "_core" / "driver.cpython-3x-x86_64-linux-gnu.so").touch()
-    proc = subprocess.run(
-        [sys.executable, "-m", "max.driver"],
-        cwd=tree,
-        env=_env(PYTHONPATH=str(site)),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
+    proc = _run(["-m", "max.driver"], cwd=tree, PYTHONPATH=str(site))
     assert proc.returncode == 2, proc.stderr
     assert f"An installed copy is in {site / 'max'}." in proc.stderr
 
@@ -399,15 +385,7 @@ def test_an_unbuilt_checkout_is_explained(tmp_path: Path) -> None:
         "except ModuleNotFoundError as e:\n"
         "    print(e.name, 'build_ext --inplace' in str(e))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tree,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
+    proc = _run(["-c", code], cwd=tree)
     assert proc.stdout.split() == ["max._core.driver", "True"], proc.stderr
 
 

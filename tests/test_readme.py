@@ -27,10 +27,21 @@ TEST = "pip install -e '.[test]' && python -m pytest"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
-def _env() -> dict[str, str]:
+def _python(args: list[str], cwd: Path, stdin: str | None = None):
+    """A fresh interpreter outside the checkout that imports this checkout's
+    max and benchmarks (through PYTHONPATH, as the editable install would)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAX_DRIVER_")}
     env["PYTHONPATH"] = str(ROOT)
-    return env
+    return subprocess.run(
+        [sys.executable, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_readme_is_a_landing_page():
@@ -59,16 +70,7 @@ def test_readme_example_runs_as_pasted(tmp_path):
     folder outside the checkout (the package comes from PYTHONPATH here, as
     from the install in the README)."""
     (block,) = _BLOCK.findall(README.read_text())
-    proc = subprocess.run(
-        [sys.executable, "-i", "-q"],
-        input=block,
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=_env(),
-        timeout=120,
-        check=False,
-    )
+    proc = _python(["-i", "-q"], tmp_path, stdin=block)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stdout.splitlines() == [
         "[]",
@@ -87,15 +89,7 @@ def test_contributing_benchmark_example_registers_a_section(tmp_path):
         "assert result.section == 'my feature' and result.status == 'PASS'\n"
         "print('registered')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", block + check],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=_env(),
-        timeout=120,
-        check=False,
-    )
+    proc = _python(["-c", block + check], tmp_path)
     assert proc.stdout.strip() == "registered", proc.stdout + proc.stderr
 
 
