@@ -397,13 +397,26 @@ def test_another_distribution_providing_max_is_named(tmp_path: Path) -> None:
     (info / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: modular-max\nVersion: 25.6.0\n"
     )
+    # No top_level.txt (not every build backend writes one): its RECORD.
     (info / "RECORD").write_text("max/__init__.py,,\nmax/engine/__init__.py,,\n")
+    older = tmp_path / "max_tools-1.0.egg-info"  # setuptools' top_level.txt
+    older.mkdir()
+    (older / "PKG-INFO").write_text(
+        "Metadata-Version: 1.1\nName: max-tools\nVersion: 1.0\n"
+    )
+    (older / "top_level.txt").write_text("max\n")
+    unrelated = tmp_path / "maxima-2.0.dist-info"
+    unrelated.mkdir()
+    (unrelated / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: maxima\nVersion: 2.0\n"
+    )
+    (unrelated / "RECORD").write_text("maxima/__init__.py,,\n")
     proc = _run(["-m", "max.driver"], PYTHONPATH=str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[1] == (
         "Warning: another installed distribution also provides the Python "
-        "package `max`: modular-max 25.6.0."
+        "package `max`: max-tools 1.0, modular-max 25.6.0."
     )
     assert "install each into its own virtual environment" in lines[2]
 

@@ -67,20 +67,28 @@ def _canonical(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
+def _provides_max(dist: metadata.Distribution) -> bool:
+    """Whether `dist` installs the top-level package ``max``: its
+    top_level.txt says so, or its RECORD lists files under max/ (read as
+    text: Python 3.10's packages_distributions() knows only top_level.txt,
+    and Distribution.files checks that each file exists)."""
+    if "max" in (dist.read_text("top_level.txt") or "").split():
+        return True
+    record = dist.read_text("RECORD") or ""
+    return any(line.startswith("max/") for line in record.splitlines())
+
+
 def other_max_distributions() -> list[str]:
     """``"name version"`` of every installed distribution other than this
-    one whose files include the top-level package ``max`` (Modular's own
+    one that also installs the top-level package ``max`` (Modular's own
     ``max`` wheel, for one): installed together, they overwrite each
     other's files under ``max/``."""
-    found = []
-    for name in metadata.packages_distributions().get("max", []):
-        if _canonical(name) == DISTRIBUTION:
-            continue
-        try:
-            found.append(f"{name} {metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            found.append(name)
-    return sorted(set(found))
+    found = set()
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name and _canonical(name) != DISTRIBUTION and _provides_max(dist):
+            found.add(f"{name} {dist.version}")
+    return sorted(found)
 
 
 def conflict_lines(others: list[str]) -> list[str]:
