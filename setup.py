@@ -6,6 +6,9 @@ extension, whose source list is globbed so that adding a file to
 
 Set ``MAX_DRIVER_CFLAGS`` to append flags to both the compile and the link
 step, e.g. ``MAX_DRIVER_CFLAGS="-fsanitize=address -O1 -g"``.
+
+Release wheels (stripped, and tagged manylinux by auditwheel) are built by
+``scripts/build_wheels.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import shlex
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIRS = ("csrc/core", "csrc/backends", "csrc/python")
@@ -54,4 +58,17 @@ driver = Extension(
     libraries=["dl", "m"],
 )
 
-setup(ext_modules=[driver])
+
+class BuildExt(build_ext):
+    """Links without the interpreter's own run-time search path: pyenv's
+    (and some distributions') link flags add ``-Wl,-rpath`` to their
+    libpython folder, which the extension does not use (it links no
+    libpython) and which would put the build machine's path in a wheel."""
+
+    def build_extensions(self) -> None:
+        linker = self.compiler.linker_so
+        self.compiler.linker_so = [a for a in linker if not a.startswith("-Wl,-rpath")]
+        super().build_extensions()
+
+
+setup(ext_modules=[driver], cmdclass={"build_ext": BuildExt})

@@ -1,6 +1,7 @@
-"""Buffers on the CPU against NumPy, in the same run (DESIGN.md's second
-table): per-call costs against each call's NumPy twin, the bandwidth of a
-large copy against ``np.copyto``, and memory growth over many buffers.
+"""Buffers on the CPU against NumPy, in the same run (the second table of
+targets in docs/benchmarks.md): per-call costs against each call's NumPy
+twin, the bandwidth of a large copy against ``np.copyto``, and memory growth
+over many buffers.
 
 NumPy is an optional dependency of the benchmarks (the ``bench`` extra):
 :func:`numpy_skip_reason` says why these cannot run without it."""
@@ -12,8 +13,8 @@ import os
 import statistics
 import timeit
 
+from benchmarks.common import Result, Run, rss_bytes, section
 from benchmarks.cpu_copy import time_copies
-from benchmarks.run import Result, _rss_bytes
 from max import driver
 from max.dtype import DType
 
@@ -44,7 +45,7 @@ CALLS: list[tuple[str, str, str, float | None]] = [
     ("buf[1:3, ::2] (a view)", "buf[1:3, ::2]", "a[1:3, ::2]", 1.5),
     ("buf.item() (one element)", "one.item()", "a1.item()", 1.5),
     ("buf[i, j] = v", "buf[1, 2] = 0.5", "a[1, 2] = 0.5", 1.5),
-    # The hazard records' price on calls that touch them (SPEC §12.6): a
+    # The hazard records' price on calls that touch them: a
     # buffer on one queue with nothing pending pays a load or two.
     ("Buffer.zeros((4, 6), DType.float32)", "zeros((4, 6), f32)",
      "np.zeros((4, 6), np_f32)", None),
@@ -132,21 +133,22 @@ def memory_growth(count: int) -> Result:
     for _ in range(100_000):  # the allocator's caches reach their steady state
         driver.Buffer(DType.float32, (16,))
     gc.collect()
-    rss = _rss_bytes()
+    rss = rss_bytes()
     for _ in range(count):
         driver.Buffer(DType.float32, (16,))
     gc.collect()
     return Result(
         f"{count:,} Buffer(float32, (16,)) created+dropped: memory growth MiB",
-        (_rss_bytes() - rss) / 2**20,
+        (rss_bytes() - rss) / 2**20,
         f"RSS {rss / 2**20:.1f} MiB before",
         1,
         section=SECTION,
     )
 
 
-def benchmark(scale_down: int) -> list[Result]:
-    results = per_call(reps=7, number=200_000 // scale_down)
-    results.append(copy_bandwidth(reps=9 if scale_down == 1 else 3, mib=64))
-    results.append(memory_growth(count=1_000_000 // scale_down))
+@section(SECTION, order=20, skip_reason=lambda: numpy_skip_reason())
+def benchmark(run: Run) -> list[Result]:
+    results = per_call(reps=7, number=200_000 // run.scale_down)
+    results.append(copy_bandwidth(reps=run.reps(9, 3), mib=64))
+    results.append(memory_growth(count=1_000_000 // run.scale_down))
     return results

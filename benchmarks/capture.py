@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.run import Result
+from benchmarks.common import Result, Run, section
 
 OPS = 100
 NBYTES = 64
@@ -120,6 +120,17 @@ def results(samples: dict[str, dict[str, list[float]]], section: str) -> list[Re
     return rows
 
 
+def _numpy_skip_reason() -> str | None:
+    from benchmarks.buffers import numpy_skip_reason
+
+    return numpy_skip_reason()  # the workloads' buffers come from NumPy
+
+
+@section(CPU_SECTION, order=60, skip_reason=_numpy_skip_reason)
+def capture_benchmark(run: Run) -> list[Result]:
+    return benchmark(run.scale_down)
+
+
 def benchmark(scale_down: int) -> list[Result]:
     """The CPU rows here, the fake GPU's in a child (when it can be built)."""
     from benchmarks.fake_gpu import build_fake, child_json, skip_reason
@@ -147,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     """On accelerator 0 (the fake driver's child, or a real GPU with
     ``--table``, as scripts/gpu-check.sh runs it): the samples as one JSON
     line, or the table."""
-    from benchmarks.run import table
+    from benchmarks.common import table
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.capture")
     parser.add_argument("reps", type=int)

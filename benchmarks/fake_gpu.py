@@ -35,7 +35,7 @@ import timeit
 from pathlib import Path
 from typing import Any
 
-from benchmarks.run import NOOP, Result
+from benchmarks.common import NOOP, Result, Run, section
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FAKE_BUILD = REPO_ROOT / "tests" / "fake_driver" / "build.py"
@@ -207,6 +207,11 @@ def results(samples: Samples) -> list[Result]:
         )
     )
     return out
+
+
+@section(SECTION, order=50, skip_reason=lambda: skip_reason())
+def gil_benchmark(run: Run) -> list[Result]:
+    return benchmark(reps=7, number=50_000 // run.scale_down)
 
 
 def benchmark(reps: int, number: int) -> list[Result]:

@@ -5,7 +5,7 @@ Two Python threads each run an upload -> device copy -> download pipeline
 over buffers of their own, on two queues of one device, against the same two
 pipelines run one after the other (the time they would take if they did not
 overlap at all); as info, also with both threads on one queue.  Hazard
-records (SPEC §12.6) link nothing but the memory an operation touches, so
+records link nothing but the memory an operation touches, so
 on two queues the pipelines overlap: the ratio is near 0.5 when they overlap
 fully.  (Under the old rule a copy joined its source's CPU queue, the
 CPU's default queue that both pipelines' host buffers share.)
@@ -29,8 +29,9 @@ import threading
 import time
 from pathlib import Path
 
+from benchmarks import fake_gpu
+from benchmarks.common import Result, Run, section
 from benchmarks.fake_gpu import SECTION, build_fake, child_json
-from benchmarks.run import Result
 
 # The modelled copy engine: 2 GiB/s, so that a 4 MiB copy takes 2 ms, several
 # times the host memcpy of the same bytes here.
@@ -126,6 +127,11 @@ def results(samples: dict[str, list[float]], mib: int, steps: int) -> list[Resul
             section=SECTION,
         ),
     ]
+
+
+@section(SECTION, order=51, skip_reason=lambda: fake_gpu.skip_reason())
+def pipelines_benchmark(run: Run) -> list[Result]:
+    return benchmark(reps=run.reps(5, 2))
 
 
 def benchmark(reps: int, mib: int = 4, steps: int = 8) -> list[Result]:

@@ -28,8 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import fake_gpu
+from benchmarks.common import Result, Run, section
 from benchmarks.fake_gpu import SECTION, build_fake, child_json
-from benchmarks.run import Result
 
 MIB = 1 << 20
 
@@ -134,6 +135,11 @@ def results(data: dict, reps: int) -> list[Result]:  # type: ignore[type-arg]
             )
         )
     return rows
+
+
+@section(SECTION, order=52, skip_reason=lambda: fake_gpu.skip_reason())
+def staging_benchmark(run: Run) -> list[Result]:
+    return benchmark(reps=run.reps(5, 2))
 
 
 def benchmark(reps: int) -> list[Result]:

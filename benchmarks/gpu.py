@@ -38,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from benchmarks.common import OUT_DIR, Result, machine, plot, table
 from benchmarks.gpu_copies import DTOD, HTOD, copy_bandwidth
-from benchmarks.run import OUT_DIR, Result, machine, plot, table
 from max import driver
 from max.dtype import DType
 

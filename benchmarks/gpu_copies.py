@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from benchmarks.run import Result
+from benchmarks.common import Result
 from max import driver
 from max.dtype import DType
 

@@ -1,4 +1,4 @@
-"""SPEC §15's protocols on the CPU, each against its usual alternative in the
+"""The Python protocols on the CPU, each against its usual alternative in the
 same run: `await` against ``loop.run_in_executor(None, event.synchronize)``
 and against awaiting plain asyncio futures, and pickling a 64 MiB Buffer
 against pickling a NumPy array of the same bytes.
@@ -14,7 +14,8 @@ import pickle
 import statistics
 import time
 
-from benchmarks.run import Result, _rss_bytes, _threads
+from benchmarks import buffers
+from benchmarks.common import Result, Run, rss_bytes, section, thread_count
 from max import driver
 from max._core import driver as core
 from max.dtype import DType
@@ -114,10 +115,10 @@ async def _pending(kind: str, count: int) -> dict[str, float]:
     if kind == "queue":
         await driver.DeviceQueue(q.device)  # idle: returns at once
     gc.collect()
-    threads, rss = _threads(), _rss_bytes()
+    threads, rss = thread_count(), rss_bytes()
     tasks = [asyncio.ensure_future(_await(make())) for _ in range(count)]
     await asyncio.sleep(0.05)  # every task is at its await
-    threads_during, rss_during = _threads(), _rss_bytes()
+    threads_during, rss_during = thread_count(), rss_bytes()
     start = time.perf_counter()
     release()
     await asyncio.gather(*tasks)
@@ -261,12 +262,14 @@ def pickling(reps: int, mib: int) -> list[Result]:
     return rows
 
 
-def benchmark(scale_down: int, with_numpy: bool) -> list[Result]:
-    results = [wake_latency(samples=300 // scale_down)]
-    results += concurrent_awaits(count=10_000)
-    if with_numpy:
-        results += pickling(reps=7 if scale_down == 1 else 2, mib=64)
-    return results
+@section(ASYNC_SECTION, order=30)
+def asyncio_benchmark(run: Run) -> list[Result]:
+    return [wake_latency(samples=300 // run.scale_down), *concurrent_awaits(10_000)]
+
+
+@section(PICKLE_SECTION, order=40, skip_reason=lambda: buffers.numpy_skip_reason())
+def pickling_benchmark(run: Run) -> list[Result]:
+    return pickling(reps=run.reps(7, 2), mib=64)
 
 
 if __name__ == "__main__":

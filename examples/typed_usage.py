@@ -368,7 +368,7 @@ def exercise_packed_host_func() -> None:
 
 
 def exercise_protocols(device: Device) -> str:
-    """The buffer protocol, pickling and await (SPEC §15)."""
+    """The buffer protocol, pickling and await."""
     host = Buffer.zeros((2, 3), DType.int32)
     view: memoryview = memoryview(host)
     raw: bytes = bytes(host)

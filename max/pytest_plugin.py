@@ -1,7 +1,9 @@
 """pytest plugin for suites that use ``max.driver`` (entry point ``max_driver``).
 
 Installed with the package and loaded by pytest automatically (disable it with
-``-p no:max_driver``).  It provides:
+``-p no:max_driver``), but it acts only on tests that use its fixtures or its
+``max_accelerator`` marker; a suite that uses neither is not changed by it,
+and does not even import ``max.driver``.  It provides:
 
 Fixtures
     ``max_cpu``          the CPU device.
@@ -16,18 +18,26 @@ Markers
     ``@pytest.mark.max_allow_pending``   no pending-work check for this test.
 
 Pending-work check
-    After a test's fixtures are torn down, every device the test got from the
-    fixtures above must finish its work: the plugin calls
-    ``device.synchronize(timeout=T)`` (``T`` is the ini option
+    The devices a test uses (from the fixtures above; accelerators 0 to n-1
+    for the marker ``max_accelerator(n)``) are looked at when the test
+    starts and again after its fixtures are torn down.  At the end the
+    plugin calls ``device.synchronize(timeout=T)`` (``T`` is the ini option
     ``max_driver_leftover_timeout``, default 2 seconds).  If that times out
     (typically a queue gated by ``wait_for_host_value`` on a flag that was
     never signalled), the test errors at teardown with the message
-    ``max_driver: work still pending on <device> ...``.  The plugin cannot
-    release the work (it does not know the flag), so it leaves it: later
-    tests on that device are not blamed for it (they get a warning, without
-    waiting, until the device drains).  Turn the check off for one test with
+    ``max_driver: work still pending on <device> ...``, naming the queues
+    it can (the default queue, queues the test's fixtures returned).  Work
+    already pending when the test started is not the test's: it belongs to
+    an earlier test (one the plugin did not check, since it used no
+    fixture), which the warning names.  The plugin cannot release work (it
+    does not know the flag), so it leaves it: later tests on that device get
+    a ``PendingWorkWarning`` instead of a check, without waiting, until the
+    device drains.  Turn the check off for one test with
     ``@pytest.mark.max_allow_pending`` or for the whole suite with the ini
-    option ``max_driver_check_pending = false``.
+    option ``max_driver_check_pending = false``; turn it on for every test
+    of a session, fixtures or not, on every device, with
+    ``--max-driver-check-all`` or the ini option
+    ``max_driver_check_all = true``.
 
 Importing this module imports nothing from ``max.driver`` (which selects the
 accelerator backend and may initialize a GPU driver): the package is imported
@@ -40,11 +50,14 @@ from typing import Any
 
 import pytest
 
-_DEVICE_FIXTURES = ("max_cpu", "max_device", "max_accelerator")
 _DEFAULT_TIMEOUT = 2.0
 
-_WEDGED = pytest.StashKey[dict]()  # config: {device: nodeid that left work}
+_WEDGED = pytest.StashKey[dict]()  # config: {device: who left its work}
+_RAN = pytest.StashKey[list]()  # config: nodeids of the tests run so far
+_IDLE_SINCE = pytest.StashKey[dict]()  # config: {device: len(_RAN) when idle}
+_CHECK_ALL = pytest.StashKey[bool]()  # config: every test, every device
 _CALL_FAILED = pytest.StashKey[bool]()  # item: the test body failed
+_DEVICES = pytest.StashKey[list]()  # item: the devices checked for it
 _TIMEOUT = pytest.StashKey[float]()  # config: max_driver_leftover_timeout
 
 
@@ -56,6 +69,21 @@ class PendingWorkWarning(pytest.PytestWarning):
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--max-driver-check-all",
+        action="store_true",
+        default=None,
+        help="max_driver plugin: check every test for work left pending on "
+        "every max.driver device, not only the tests that use the plugin's "
+        "fixtures or marker (also the ini option max_driver_check_all)",
+    )
+    parser.addini(
+        "max_driver_check_all",
+        "check every test for pending work on every device, not only those "
+        "using the fixtures or marker (max_driver plugin; default false)",
+        type="bool",
+        default=False,
+    )
     parser.addini(
         "max_driver_leftover_timeout",
         "seconds each device a test used may take to finish its work after "
@@ -83,7 +111,13 @@ def pytest_configure(config: pytest.Config) -> None:
         "on a max.driver device (max_driver plugin)",
     )
     config.stash[_WEDGED] = {}
+    config.stash[_RAN] = []
+    config.stash[_IDLE_SINCE] = {}
     config.stash[_TIMEOUT] = _leftover_timeout(config)
+    option = config.getoption("max_driver_check_all", default=None)
+    config.stash[_CHECK_ALL] = bool(
+        option if option is not None else config.getini("max_driver_check_all")
+    )
 
 
 def _leftover_timeout(config: pytest.Config) -> float:
@@ -179,6 +213,44 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # ---- pending-work check ----------------------------------------------------
 
 
+def _marker_count(item: pytest.Item) -> int:
+    marker = item.get_closest_marker("max_accelerator")
+    if marker is None:
+        return 0
+    return int(marker.args[0] if marker.args else marker.kwargs.get("count", 1))
+
+
+def _devices_of(item: pytest.Item) -> list[Any]:
+    """The devices the test uses, from its fixtures' parameters and its
+    marker (without setting up a fixture); every device present when the
+    session checks all tests; none for a test out of the plugin's scope."""
+    names = set(getattr(item, "fixturenames", ()))
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    check_all = item.config.stash[_CHECK_ALL]
+    wanted: list[int] = []  # -1: the CPU, i: Accelerator(i)
+    if "max_cpu" in names:
+        wanted.append(-1)
+    if "max_device" in names:
+        wanted.append(params.get("max_device", -1))
+    if "max_accelerator" in names and params.get("max_accelerator") is not None:
+        wanted.append(params["max_accelerator"])
+    need = _marker_count(item)
+    if not (wanted or need or check_all):
+        return []  # out of scope: max.driver is not even imported
+    count = _accelerator_count()
+    if check_all:
+        wanted += [-1, *range(count)]
+    wanted += range(min(need, count))
+    from max.driver import CPU, Accelerator
+
+    devices: list[Any] = []
+    for index in wanted:
+        dev = CPU() if index < 0 else Accelerator(index)
+        if dev not in devices:
+            devices.append(dev)
+    return devices
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report = yield
@@ -187,14 +259,49 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     return report
 
 
-def _used_devices(item: pytest.Item) -> list[Any]:
-    funcargs = getattr(item, "funcargs", None) or {}
-    devices = []
-    for name in _DEVICE_FIXTURES:
-        dev = funcargs.get(name)
-        if dev is not None and dev not in devices:
-            devices.append(dev)
-    return devices
+def _pending(target: Any, timeout: float) -> bool:
+    try:
+        target.synchronize(timeout=timeout)
+    except TimeoutError:
+        return True
+    return False
+
+
+def _earlier_tests(config: pytest.Config, dev: Any, nodeid: str) -> str:
+    """Who left work that was pending on `dev` before test `nodeid` started:
+    the tests run since the device was last seen idle."""
+    ran = config.stash[_RAN]
+    since = ran[config.stash[_IDLE_SINCE].get(dev, 0) :]
+    if not since:
+        return f"work started before the session's first test ({nodeid})"
+    names = ", ".join(since[-3:])
+    if len(since) > 3:
+        names = f"one of {len(since)} tests ({names} and earlier ones)"
+    elif len(since) > 1:
+        names = f"one of {names}"
+    return (
+        f"{names} (run after {dev!r} was last seen idle and before {nodeid} "
+        "started; not checked: it uses no max_driver fixture, and "
+        "--max-driver-check-all checks every test)"
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    """Before the fixtures: work already pending on a device the test uses
+    is an earlier test's, and is marked so, not blamed on this test."""
+    config = item.config
+    devices = _devices_of(item) if config.getini("max_driver_check_pending") else []
+    item.stash[_DEVICES] = devices
+    wedged = config.stash[_WEDGED]
+    for dev in devices:
+        if dev in wedged:
+            continue  # teardown warns, or checks it again once it drains
+        if _pending(dev, 0):
+            wedged[dev] = _earlier_tests(config, dev, item.nodeid)
+        else:
+            config.stash[_IDLE_SINCE][dev] = len(config.stash[_RAN])
+    return (yield)
 
 
 def _fixture_queues(item: pytest.Item) -> list[Any]:
@@ -206,23 +313,34 @@ def _fixture_queues(item: pytest.Item) -> list[Any]:
     return [v for v in values if isinstance(v, DeviceQueue)]
 
 
-def _pending(target: Any, timeout: float) -> bool:
-    try:
-        target.synchronize(timeout=timeout)
-    except TimeoutError:
-        return True
-    return False
+def _where(dev: Any, queues: list[Any]) -> str:
+    candidates = [dev.default_queue]
+    candidates += [q for q in queues if q.device == dev and q not in candidates]
+    busy = [repr(q) for q in candidates if _pending(q, 0)]
+    if busy:
+        return ", ".join(busy)
+    return (
+        "on a queue that is neither the device's default queue nor one the "
+        "test's fixtures returned; the device was idle when the test started"
+    )
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: Any) -> Any:
-    # Collect the devices before teardown: fixture values go with it.
-    devices = _used_devices(item)
+    devices = item.stash.get(_DEVICES, [])
+    # Before teardown: fixture values go with it.
     queues = _fixture_queues(item) if devices else []
-    result = yield  # every fixture is torn down now (gates they held released)
+    try:
+        result = yield  # every fixture is torn down now (gates they held released)
+    finally:
+        item.config.stash[_RAN].append(item.nodeid)
+    if devices:
+        _check_pending(item, devices, queues)
+    return result
+
+
+def _check_pending(item: pytest.Item, devices: list[Any], queues: list[Any]) -> None:
     config = item.config
-    if not devices or not config.getini("max_driver_check_pending"):
-        return result
     wedged = config.stash[_WEDGED]
     allowed = item.get_closest_marker("max_allow_pending") is not None
     call_failed = item.stash.get(_CALL_FAILED, False)
@@ -241,22 +359,18 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Any) -> Any:
             del wedged[dev]  # drained since: check this test normally
         # A test that failed or allows pending work is not made to wait.
         if not _pending(dev, 0 if (allowed or call_failed) else timeout):
+            config.stash[_IDLE_SINCE][dev] = len(config.stash[_RAN])
             continue
         wedged[dev] = item.nodeid
         if allowed or call_failed:
             continue
-        candidates = [dev.default_queue]
-        candidates += [q for q in queues if q.device == dev and q not in candidates]
-        busy = [q for q in candidates if _pending(q, 0)]
-        where = ", ".join(repr(q) for q in busy) or "a queue the test created"
         problems.append(
             f"max_driver: work still pending on {dev!r} {timeout:g} s after "
-            f"the test ended ({where}; gated by wait_for_host_value on a flag "
-            f"that was never signalled?).  Synchronize or release it in the "
-            f"test, or mark the test @pytest.mark.max_allow_pending.  The work "
-            f"is left enqueued; later tests on this device are not checked "
-            f"until it drains."
+            f"the test ended ({_where(dev, queues)}; gated by "
+            f"wait_for_host_value on a flag that was never signalled?).  "
+            f"Synchronize or release it in the test, or mark the test "
+            f"@pytest.mark.max_allow_pending.  The work is left enqueued; "
+            f"later tests on this device are not checked until it drains."
         )
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
-    return result

@@ -22,17 +22,15 @@ if str(REPO) not in sys.path:  # for `benchmarks`, a top-level directory
 from benchmarks import (  # noqa: E402
     buffers,
     capture,
+    common,
     fake_gpu,
+    fake_overhead,
     fake_pipelines,
     protocols,
 )
-from benchmarks.run import (  # noqa: E402
-    Result,
-    optional_sections,
-    table,
-    trace_overhead,
-    wake_latency,
-)
+from benchmarks import run as runner  # noqa: E402
+from benchmarks.common import Result, Run, Section, table  # noqa: E402
+from benchmarks.cpu import trace_overhead, wake_latency  # noqa: E402
 
 
 def test_table_heads_each_section_once():
@@ -152,13 +150,78 @@ def test_gil_child_refuses_a_backend_other_than_the_fake():
 def test_optional_sections_say_why_they_did_not_run(monkeypatch, capsys):
     monkeypatch.setattr(buffers, "numpy_skip_reason", lambda: "no NumPy here")
     monkeypatch.setattr(fake_gpu, "skip_reason", lambda: "no compiler here")
-    ran = optional_sections(scale_down=10)
+    optional = [s for s in runner.load_sections() if s.title != CPU_SECTION]
+    ran = runner.run_sections(optional, Run(quick=True))
     # Only the asyncio rows need nothing optional.
     assert {r.section for r in ran} == {protocols.ASYNC_SECTION}
-    out = capsys.readouterr().out
-    assert f"[{buffers.SECTION}] skipped: no NumPy here" in out
-    assert f"[{protocols.PICKLE_SECTION}] skipped: no NumPy here" in out
-    assert f"[{fake_gpu.SECTION}] skipped: no compiler here" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert f"[{buffers.SECTION}] skipped: no NumPy here" in lines
+    assert f"[{protocols.PICKLE_SECTION}] skipped: no NumPy here" in lines
+    # Three sections share the fake GPU's heading: it is said once.
+    assert lines.count(f"[{fake_gpu.SECTION}] skipped: no compiler here") == 1
+
+
+# ---- the section registry ---------------------------------------------------
+
+CPU_SECTION = "CPU device: queues, events, flags, host functions"
+
+
+def test_every_module_registers_its_sections_in_order():
+    titles = [s.title for s in runner.load_sections()]
+    assert titles == [
+        CPU_SECTION,
+        buffers.SECTION,
+        protocols.ASYNC_SECTION,
+        protocols.PICKLE_SECTION,
+        fake_gpu.SECTION,
+        fake_gpu.SECTION,
+        fake_gpu.SECTION,
+        capture.CPU_SECTION,
+        fake_overhead.SECTION,
+    ]
+
+
+def test_a_section_registers_with_a_decorator(monkeypatch, capsys):
+    """What a new benchmark module does (CONTRIBUTING.md): decorate a
+    function; its results land under its title, in order; a flag makes it
+    opt-in; a skip reason is printed instead of running it."""
+    monkeypatch.setattr(common, "_SECTIONS", {})
+
+    @common.section("late", order=2)
+    def late(run: Run) -> list[Result]:
+        return [Result("b", 1.0, f"quick={run.quick}")]
+
+    @common.section("early", order=1)
+    def early(run: Run) -> list[Result]:
+        return [Result("a", 1.0, "x"), Result("own", 1.0, "x", section="mine")]
+
+    @common.section("opt-in", order=3, flag="--vs-thing", flag_help="compare")
+    def opt_in(run: Run) -> list[Result]:
+        return [Result("c", 1.0, "x")]
+
+    @common.section("absent", order=4, skip_reason=lambda: "nothing here")
+    def absent(run: Run) -> list[Result]:
+        raise AssertionError("a skipped section ran")
+
+    @common.section("early", order=1)  # registered again: replaces
+    def early(run: Run) -> list[Result]:  # noqa: F811
+        return [Result("a", 1.0, "x"), Result("own", 1.0, "x", section="mine")]
+
+    sections = common.sections()
+    assert [s.title for s in sections] == ["early", "late", "opt-in", "absent"]
+    args = runner.parser(sections).parse_args(["--quick"])
+    results = runner.run_sections(sections, Run(quick=True, options=args))
+    assert [(r.name, r.section) for r in results] == [
+        ("a", "early"),
+        ("own", "mine"),
+        ("b", "late"),
+    ]
+    assert results[2].detail == "quick=True"
+    assert "[absent] skipped: nothing here" in capsys.readouterr().out
+    args = runner.parser(sections).parse_args(["--vs-thing"])
+    results = runner.run_sections(sections, Run(options=args))
+    assert ("c", "opt-in") in [(r.name, r.section) for r in results]
+    assert "--vs-thing" in runner.parser(sections).format_help()
 
 
 @needs_numpy
@@ -176,6 +239,25 @@ def test_capture_figures_have_the_issue_targets():
         "end_capture() of 100 nodes, µs": (None, False),
     }
     assert all(r.ratio > 0 and math.isfinite(r.ratio) for r in rows)
+
+
+@pytest.mark.skipif(
+    fake_gpu.skip_reason() is not None, reason=str(fake_gpu.skip_reason())
+)
+def test_fake_overhead_reports_every_row_in_both_states():
+    """Issue 23: each call against the raw fake entry point it makes, with no
+    context current and with the device's context current, against DESIGN's
+    150 ns (a small copy: raw + 300 ns), and the context push/pop's price."""
+    rows = fake_overhead.benchmark(reps=1, sample_s=0.001)
+    names = {r.name: r for r in rows}
+    for state in fake_overhead.STATES:
+        for row in fake_overhead.ROWS:
+            r = names.pop(f"{row} [{state}]: overhead over raw driver, ns")
+            assert math.isfinite(r.ratio) and r.section == fake_overhead.SECTION
+            expect = 300 if row.startswith("4 KiB copy pinned") else 150
+            assert r.target == (None if "[vs " in row else expect), row
+    (context,) = names.values()
+    assert context.name.startswith("context push + pop") and context.ratio > 0
 
 
 def test_async_wake_latency_targets_half_of_run_in_executor():
@@ -208,19 +290,13 @@ def test_pickling_compares_protocol_5_with_numpy():
 def test_the_command_changes_no_tracked_file_unless_saving(tmp_path, monkeypatch):
     """Issue 18: results go to a scratch folder; --save writes the tracked
     ones; --out chooses; --save and --out together are refused."""
-    from benchmarks import run
-
     written = []
-    monkeypatch.setattr(run, "per_call", lambda reps, number: [])
-    monkeypatch.setattr(run, "host_throughput", lambda reps, count: Result("h", 1, ""))
-    monkeypatch.setattr(run, "wake_latency", lambda samples: [])
-    monkeypatch.setattr(run, "ping_pong", lambda reps, rounds: Result("p", 1, ""))
-    monkeypatch.setattr(run, "scale", lambda events: [])
-    monkeypatch.setattr(run, "trace_overhead", lambda reps, number: Result("t", 1, ""))
-    monkeypatch.setattr(run, "optional_sections", lambda scale_down: [])
-    monkeypatch.setattr(run, "plot", lambda results, path: written.append(path))
-    monkeypatch.setattr(run, "SCRATCH_DIR", tmp_path / "scratch")
-    monkeypatch.setattr(run, "OUT_DIR", tmp_path / "tracked")
+    only = Section("one", 1, lambda run: [Result("h", 1, "")])
+    monkeypatch.setattr(runner, "load_sections", lambda: [only])
+    monkeypatch.setattr(common, "plot", lambda results, path: written.append(path))
+    monkeypatch.setattr(common, "SCRATCH_DIR", tmp_path / "scratch")
+    monkeypatch.setattr(common, "OUT_DIR", tmp_path / "tracked")
+    run = runner
     assert run.main(["--quick"]) == 0
     assert (tmp_path / "scratch" / "latest.json").exists()
     assert not (tmp_path / "tracked").exists()
@@ -253,5 +329,6 @@ def test_benchmarks_command_writes_every_section(tmp_path):
     if fake_gpu.skip_reason() is None:
         assert fake_gpu.SECTION in sections
         assert capture.FAKE_SECTION in sections
+        assert fake_overhead.SECTION in sections
     text = (tmp_path / "latest.txt").read_text()
     assert f"[{buffers.SECTION}]" in text

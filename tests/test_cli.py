@@ -22,10 +22,12 @@ def _env(**overrides: str) -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], cwd: Path = ROOT, **env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *args],
-        cwd=ROOT,
+        cwd=cwd,
         env=_env(**env),
         capture_output=True,
         text=True,
@@ -113,9 +115,9 @@ def test_cli_device_list(cli: subprocess.CompletedProcess[str]) -> None:
 def test_cli_self_check_and_timings(cli: subprocess.CompletedProcess[str]) -> None:
     out = cli.stdout
     assert "after: ['a1', 'a2', 'b1']" in out
-    # The method is stated, and it is benchmarks/run.py's: statements timed
+    # The method is stated, and it is the benchmarks': statements timed
     # as written against a bare no-op C method call, not through a wrapper.
-    assert "measured as benchmarks/run.py does" in out
+    assert "measured as the benchmarks do" in out
     assert "ratio to the no-op C method call zero.bit_length()" in out
     assert "partial" not in out
     row = r"\s+(\d+\.\d) +(\d+\.\d\d)$"
@@ -142,7 +144,7 @@ def test_cli_self_check_and_timings(cli: subprocess.CompletedProcess[str]) -> No
 def test_cli_baseline_is_the_benchmarks_baseline() -> None:
     if str(ROOT) not in sys.path:  # for `benchmarks`, a top-level directory
         sys.path.insert(0, str(ROOT))
-    from benchmarks.run import NOOP
+    from benchmarks.common import NOOP
     from max.driver.__main__ import NOOP_STATEMENT
 
     assert NOOP_STATEMENT == NOOP
@@ -224,3 +226,231 @@ def test_forced_cpu_imports() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Backend selection (MAX_DRIVER_BACKEND=cpu):" in proc.stdout
     assert "accelerator_count: 0" in proc.stdout
+
+
+# ---- options: --help, --version, --json (issue 26) ---------------------------
+
+
+def test_help_explains_and_runs_nothing() -> None:
+    proc = _run(["-m", "max.driver", "--help"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(
+        "usage: python -m max.driver [-h] [--version] [--json]"
+    )
+    assert "Exit status: 0 when the self-check passes" in proc.stdout
+    assert "MAX_DRIVER_BACKEND" in proc.stdout
+    assert "PASS" not in proc.stdout and "Backend selection" not in proc.stdout
+
+
+def test_version() -> None:
+    from max.driver import __version__
+
+    proc = _run(["-m", "max.driver", "--version"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"max-driver {__version__} (Python ")
+
+
+def test_an_unknown_option_is_a_usage_error() -> None:
+    proc = _run(["-m", "max.driver", "--bogus"])
+    assert proc.returncode == 2 and "unrecognized arguments: --bogus" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_json_is_the_report() -> None:
+    proc = _run(["-m", "max.driver", "--json"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)  # nothing else on stdout
+    assert report["passed"] is True and report["self_check"]["passed"] is True
+    assert report["backend_selection"]["entries"] == _selection()
+    assert report["backend_selection"]["requested"] == "auto"
+    cpu = report["devices"][0]
+    assert cpu["repr"] == "Device(type=cpu,id=0)"
+    assert cpu["properties"]["api"] == "cpu" and cpu["properties"]["id"] == 0
+    assert cpu["properties"]["stats"]["total_memory"] > 0
+    assert (
+        len(report["devices"]) == 1 + report["backend_selection"]["accelerator_count"]
+    )
+    order = report["self_check"]["order"]
+    assert order["passed"] and "['a1', 'a2', 'b1']" in order["detail"]
+    rows = report["self_check"]["timings"]["rows"]
+    assert rows[0]["statement"] == "zero.bit_length()" and rows[0]["ratio"] == 1.0
+    assert all(r["ns_per_call"] > 0 for r in rows) and len(rows) == 9
+    assert report["other_max_distributions"] == []
+    assert Path(report["location"]) == ROOT / "max" / "driver"
+
+
+# ---- when max.driver cannot be loaded -----------------------------------------
+
+BAD_CUDA = "/nonexistent/max-driver-test/libcuda.so.1"
+BAD_CUDA_ENV = {"MAX_DRIVER_BACKEND": "cuda", "MAX_DRIVER_CUDA_LIBRARY": BAD_CUDA}
+
+
+def test_a_forced_backend_that_cannot_load_says_why_without_a_traceback() -> None:
+    proc = _run(
+        ["-m", "max.driver"],
+        MAX_DRIVER_BACKEND="cuda",
+        MAX_DRIVER_CUDA_LIBRARY=BAD_CUDA,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("python -m max.driver: max.driver cannot be loaded: ")
+    assert "MAX_DRIVER_BACKEND=cuda" in lines[0] and BAD_CUDA in lines[0]
+    assert lines[1] == "Backend selection (MAX_DRIVER_BACKEND=cuda):"
+    assert lines[2].startswith(f"  cuda: library={BAD_CUDA} loaded=no devices=0")
+    assert lines[3].startswith("  hip: ") and "not tried" in lines[3]
+    assert "unset it (or set auto) to fall back to the CPU" in lines[4]
+
+
+def test_a_forced_backend_that_cannot_load_as_json() -> None:
+    proc = _run(["-m", "max.driver", "--json"], **BAD_CUDA_ENV)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["loaded"] is False and report["passed"] is False
+    assert report["requested_backend"] == "cuda" and BAD_CUDA in report["error"]
+    cuda = report["backend_selection"][0]
+    assert cuda["api"] == "cuda" and cuda["library"] == BAD_CUDA
+    assert cuda["loaded"] is False and cuda["chosen"] is False
+
+
+def test_help_and_version_answer_when_the_backend_cannot_load() -> None:
+    for option, expected in (("--version", "max-driver "), ("--help", "usage: ")):
+        proc = _run(["-m", "max.driver", option], **BAD_CUDA_ENV)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith(expected)
+
+
+def test_an_unknown_backend_name_says_so() -> None:
+    proc = _run(["-m", "max.driver"], MAX_DRIVER_BACKEND="vulkan")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "MAX_DRIVER_BACKEND=vulkan is not understood" in proc.stderr
+
+
+def test_the_import_error_carries_the_reasons() -> None:
+    """Outside the command, the import still raises (SPEC §2), with the
+    selection entries attached for whoever reports it."""
+    code = (
+        "import json\n"
+        "try:\n"
+        "    import max.driver\n"
+        "except ImportError as e:\n"
+        "    print(type(e).__name__, json.dumps(e.backend_selection))\n"
+    )
+    proc = _run(
+        ["-c", code], MAX_DRIVER_BACKEND="cuda", MAX_DRIVER_CUDA_LIBRARY=BAD_CUDA
+    )
+    kind, _, entries = proc.stdout.partition(" ")
+    assert kind == "ImportError", proc.stdout + proc.stderr
+    assert json.loads(entries)[0]["library"] == BAD_CUDA
+
+
+def _unbuilt_checkout(tmp_path: Path) -> Path:
+    """The checkout's Python files without the compiled extension, as a
+    clone is before it is built."""
+    tree = tmp_path / "checkout"
+    for src in (ROOT / "max").rglob("*"):
+        if src.is_file() and src.suffix != ".so" and "__pycache__" not in src.parts:
+            dst = tree / src.relative_to(ROOT)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(src.read_bytes())
+    (tree / "setup.py").write_text("")
+    return tree
+
+
+def test_an_unbuilt_checkout_is_explained(tmp_path: Path) -> None:
+    """Issue 26: `pip install .` then `python -m max.driver` in the checkout
+    imports the checkout's max/, which holds no extension."""
+    tree = _unbuilt_checkout(tmp_path)
+    proc = _run(["-m", "max.driver"], cwd=tree)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"is not in {tree / 'max'}/_core" in proc.stderr
+    assert f"the source checkout {tree}" in proc.stderr
+    assert "pip install -e ." in proc.stderr and "another directory" in proc.stderr
+    assert "An installed copy" not in proc.stderr
+
+    # With `pip install .` done: the installed copy is named.
+    site = tmp_path / "site-packages"
+    info = site / "max_driver-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: max-driver\n")
+    (site / "max" / "_core").mkdir(parents=True)
+    (site / "max" / "_core" / "driver.cpython-3x-x86_64-linux-gnu.so").touch()
+    proc = _run(["-m", "max.driver"], cwd=tree, PYTHONPATH=str(site))
+    assert proc.returncode == 2, proc.stderr
+    assert f"An installed copy is in {site / 'max'}." in proc.stderr
+
+    code = (
+        "try:\n"
+        "    import max.driver\n"
+        "except ModuleNotFoundError as e:\n"
+        "    print(e.name, 'build_ext --inplace' in str(e))\n"
+    )
+    proc = _run(["-c", code], cwd=tree)
+    assert proc.stdout.split() == ["max._core.driver", "True"], proc.stderr
+
+
+def test_another_distribution_providing_max_is_named(tmp_path: Path) -> None:
+    """Modular's `max` wheel also installs the package max/: the report
+    says so (the fake distribution here only has metadata)."""
+    info = tmp_path / "modular_max-25.6.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: modular-max\nVersion: 25.6.0\n"
+    )
+    # No top_level.txt (not every build backend writes one): its RECORD.
+    (info / "RECORD").write_text("max/__init__.py,,\nmax/engine/__init__.py,,\n")
+    older = tmp_path / "max_tools-1.0.egg-info"  # setuptools' top_level.txt
+    older.mkdir()
+    (older / "PKG-INFO").write_text(
+        "Metadata-Version: 1.1\nName: max-tools\nVersion: 1.0\n"
+    )
+    (older / "top_level.txt").write_text("max\n")
+    unrelated = tmp_path / "maxima-2.0.dist-info"
+    unrelated.mkdir()
+    (unrelated / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: maxima\nVersion: 2.0\n"
+    )
+    (unrelated / "RECORD").write_text("maxima/__init__.py,,\n")
+    proc = _run(["-m", "max.driver"], PYTHONPATH=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1] == (
+        "Warning: another installed distribution also provides the Python "
+        "package `max`: max-tools 1.0, modular-max 25.6.0."
+    )
+    assert "install each into its own virtual environment" in lines[2]
+
+
+def test_cli_is_requested_only_for_this_module(monkeypatch: Any) -> None:
+    from max.driver import _cli
+
+    cases = [
+        (["-m"], ["python", "-m", "max.driver", "--json"], True),
+        (["-m"], ["python", "-X", "dev", "-mmax.driver"], True),
+        (["-m"], ["python", "-m", "max.driver.driver"], False),
+        (["-m"], ["python", "-m", "mypkg"], False),
+        (["/x/mine.py"], ["python", "-m", "max.driver"], False),  # found: running
+        (["-c"], ["python", "-c", "import max.driver"], False),
+    ]
+    for argv, orig_argv, expected in cases:
+        monkeypatch.setattr(sys, "argv", argv)
+        monkeypatch.setattr(sys, "orig_argv", orig_argv)
+        assert _cli.requested() is expected, (argv, orig_argv)
+
+
+def test_a_closed_pipe_ends_it_quietly() -> None:
+    """`python -m max.driver | head -1`: no BrokenPipeError traceback when
+    the reader is gone (here before anything was written)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "max.driver"],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the report is printed after the self-check
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=TIMEOUT_S) == 1
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,16 @@ def _needs_entry_point():
             "the pytest11 entry point max_driver is not installed: reinstall "
             "the package (pip install -e .) after changing pyproject.toml"
         )
+
+
+@pytest.fixture(autouse=True)
+def _children_import_this_checkout(monkeypatch):
+    """Subprocess runs import this checkout's max (and its plugin), whatever
+    the environment's installed copy is."""
+    path = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv(
+        "PYTHONPATH", str(REPO_ROOT) + (os.pathsep + path if path else "")
+    )
 
 
 def run(pytester, *args, subprocess=False):
@@ -268,6 +279,13 @@ def test_with_two_fake_gpus(pytester, monkeypatch, fake_gpu_lib):
             if max_accelerator.id == 1:
                 q = DeviceQueue(max_accelerator)
                 q.wait_for_host_value(CompletionFlag(max_accelerator), 1)
+
+        @pytest.mark.max_accelerator
+        def test_marker_alone_is_checked():
+            from max.driver import Accelerator
+
+            gpu = Accelerator(0)
+            DeviceQueue(gpu).wait_for_host_value(CompletionFlag(gpu), 1)
         """
     )
     result = run(
@@ -288,9 +306,11 @@ def test_with_two_fake_gpus(pytester, monkeypatch, fake_gpu_lib):
             "*::test_two PASSED*",
             "*needs 3 max.driver accelerators, only 2 present*",
             "*work still pending on Device(type=gpu,id=1)*",
+            "*ERROR at teardown of test_marker_alone_is_checked*",
+            "*work still pending on Device(type=gpu,id=0)*",
         ]
     )
-    result.assert_outcomes(passed=8, skipped=1, errors=1)
+    result.assert_outcomes(passed=9, skipped=1, errors=2)
 
 
 # ---- the pending-work check -------------------------------------------------
@@ -314,7 +334,10 @@ def test_left_gated_queue_errors(pytester):
         [
             "*ERROR at teardown of test_left_gated*",
             "max_driver: work still pending on Device(type=cpu,id=0) 0.2 s after "
-            "the test ended*gated by wait_for_host_value*max_allow_pending*",
+            "the test ended (on a queue that is neither the device's default "
+            "queue nor one the test's fixtures returned; the device was idle "
+            "when the test started; gated by wait_for_host_value*"
+            "max_allow_pending*",
         ]
     )
 
@@ -384,6 +407,87 @@ def test_later_tests_are_not_blamed_and_checks_resume(pytester):
         ]
     )
     result.assert_outcomes(passed=4, errors=2, warnings=1)
+
+
+UNCHECKED_THEN_FIXTURE = """
+    from max.driver import CPU, CompletionFlag, DeviceQueue
+
+    def test_a_without_fixtures():
+        cpu = CPU()
+        DeviceQueue(cpu).wait_for_host_value(CompletionFlag(cpu), 1)
+
+    def test_b_with_max_device(max_device):
+        pass
+"""
+
+
+def test_work_left_by_an_unchecked_test_is_not_blamed_on_the_next(pytester):
+    """Issue 26: a gated queue left by a test without the fixtures was
+    reported at the teardown of the next test using max_device, as a queue
+    that test created.  It is that earlier test's, and the warning names
+    it."""
+    pytester.makepyfile(UNCHECKED_THEN_FIXTURE)
+    result = run(pytester, "-o", "max_driver_leftover_timeout=0.2", subprocess=True)
+    result.assert_outcomes(passed=2 + len(GPU_IDS), warnings=1)
+    result.stdout.no_fnmatch_line("*work still pending*")
+    result.stdout.fnmatch_lines(
+        [
+            "*PendingWorkWarning: max_driver: Device(type=cpu,id=0) still has "
+            "work pending that *::test_a_without_fixtures (run after "
+            "Device(type=cpu,id=0) was last seen idle and before "
+            "*::test_b_with_max_device?cpu? started; not checked: it uses no "
+            "max_driver fixture*) left behind; pending-work check skipped*",
+        ]
+    )
+
+
+def test_several_unchecked_candidates_are_all_named(pytester):
+    pytester.makepyfile(
+        """
+        from max.driver import CPU, CompletionFlag, DeviceQueue
+
+        def test_1_clean(max_cpu):
+            pass
+
+        def test_2_plain():
+            pass
+
+        def test_3_leaves_work():
+            cpu = CPU()
+            DeviceQueue(cpu).wait_for_host_value(CompletionFlag(cpu), 1)
+
+        def test_4_checked(max_cpu):
+            pass
+        """
+    )
+    result = run(pytester, "-o", "max_driver_leftover_timeout=0.2", subprocess=True)
+    result.assert_outcomes(passed=4, warnings=1)
+    result.stdout.fnmatch_lines(
+        ["*work pending that one of *::test_2_plain, *::test_3_leaves_work (run*"]
+    )
+    result.stdout.no_fnmatch_line("*test_1_clean, *")
+
+
+@pytest.mark.parametrize("how", ["option", "ini"])
+def test_checking_every_test_is_opt_in(pytester, how):
+    pytester.makepyfile(UNCHECKED_THEN_FIXTURE)
+    if how == "ini":
+        pytester.makeini("[pytest]\nmax_driver_check_all = true\n")
+        args: tuple[str, ...] = ()
+    else:
+        args = ("--max-driver-check-all",)
+    result = run(
+        pytester, *args, "-o", "max_driver_leftover_timeout=0.2", subprocess=True
+    )
+    # Now the test that left the work is checked, and blamed; the next is
+    # warned, not blamed.
+    result.assert_outcomes(passed=2 + len(GPU_IDS), errors=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_a_without_fixtures*",
+            "max_driver: work still pending on Device(type=cpu,id=0)*",
+        ]
+    )
 
 
 def test_opt_out_marker(pytester):

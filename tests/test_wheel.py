@@ -1,49 +1,44 @@
-"""Packaging: ``python -m build`` makes an sdist and, from that sdist, a binary
-wheel; the wheel installs into a fresh venv with no index, no dependencies
-and no compiler, and works there (SPEC §1, README "Install").
+"""Release packaging: scripts/build_wheels.py builds one sdist and, from
+it, one wheel per supported CPython found (3.10 to 3.13), stripped and
+repaired by auditwheel to a manylinux tag; each wheel installs into a fresh
+virtual environment of its interpreter with no index, no dependencies and no
+compiler on PATH, and passes the self-check (``python -m max.driver``) there.
 
-The source tree is copied first so that building leaves nothing (build/,
-*.egg-info) in the checkout.  The build runs in pip's isolated build
-environment (it fetches setuptools); only if that fails (no network) does it
-retry with ``--no-isolation`` and say so with a warning.
+The wheels are built once for the whole module (the script builds two at a
+time, from the sdist, so the sdist is known to build), and the installs and
+self-checks of the interpreters run two at a time too.  A supported version
+with no interpreter on this machine has its tests skipped, saying so.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import importlib.util
 import os
-import shutil
+import re
+import struct
 import subprocess
 import sys
 import tarfile
 import textwrap
-import venv
-import warnings
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("build", reason="the 'build' package (test extra) is needed")
+pytest.importorskip("auditwheel", reason="auditwheel (test extra) is needed")
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BUILD_TIMEOUT = 240
-IGNORE = shutil.ignore_patterns(
-    ".git",
-    "build",
-    "dist",
-    "*.egg-info",
-    "__pycache__",
-    "*.so",
-    "*.o",
-    ".pytest_cache",
-    ".ruff_cache",
-    ".mypy_cache",
-    ".venv",
-    "venv",
-    ".ipynb_checkpoints",
-)
+SCRIPT = REPO_ROOT / "scripts" / "build_wheels.py"
+_spec = importlib.util.spec_from_file_location("build_wheels", SCRIPT)
+build_wheels = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build_wheels)
+SUPPORTED = build_wheels.SUPPORTED
+TIMEOUT = 120
 
 SMOKE = textwrap.dedent(
     """
@@ -97,18 +92,17 @@ SMOKE = textwrap.dedent(
 )
 
 
-def _run(cmd, *, cwd, env=None, timeout=BUILD_TIMEOUT):
-    return subprocess.run(
-        [str(c) for c in cmd],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+@dataclass
+class Release:
+    sdist: Path
+    wheels: dict[str, Path]  # minor version -> repaired wheel
+    interpreters: dict[str, str]
+    installs: dict[str, dict[str, subprocess.CompletedProcess[str]]] = field(
+        default_factory=dict
     )
 
 
-def _clean_env(**extra):
+def _clean_env(**extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -119,37 +113,76 @@ def _clean_env(**extra):
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory):
-    """``(sdist, wheel)`` built from a copy of the source tree."""
-    root = tmp_path_factory.mktemp("wheel")
-    src = root / "src"
-    shutil.copytree(REPO_ROOT, src, ignore=IGNORE)
-    out = root / "dist"
-    cmd = [sys.executable, "-m", "build", "--outdir", out, src]
-    r = _run(cmd, cwd=root)
-    if r.returncode != 0:
-        isolated = r.stdout[-3000:] + r.stderr[-3000:]
-        shutil.rmtree(out, ignore_errors=True)
-        r = _run([*cmd, "--no-isolation"], cwd=root)
-        assert r.returncode == 0, (
-            f"isolated build failed:\n{isolated}\n"
-            f"--no-isolation build failed too:\n{r.stdout[-3000:]}{r.stderr[-3000:]}"
+def release(tmp_path_factory) -> Release:
+    out = tmp_path_factory.mktemp("release")
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, "--out", out],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_clean_env(),
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    sdist = Path(next(ln.split(" ", 1)[1] for ln in lines if ln.startswith("sdist ")))
+    wheels = {}
+    for line in lines:
+        if line.startswith("wheel "):
+            wheel = Path(line.split(" ", 1)[1])
+            tag = re.search(r"-cp3(\d+)-", wheel.name)
+            wheels[f"3.{tag.group(1)}"] = wheel
+    release = Release(sdist, wheels, build_wheels.find_interpreters())
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        checked = pool.map(
+            lambda minor: (minor, _install_and_check(release, minor, out)),
+            sorted(wheels),
         )
-        warnings.warn(
-            "isolated build failed, built with --no-isolation:\n" + isolated,
-            stacklevel=1,
-        )
-    sdists = list(out.glob("max_driver-*.tar.gz"))
-    wheels = list(out.glob("max_driver-*.whl"))
-    assert len(sdists) == 1 and len(wheels) == 1, sorted(out.iterdir())
-    # "python -m build" builds the wheel from the unpacked sdist, so the
-    # sdist is known to build by itself.
-    assert "Building wheel from sdist" in r.stdout + r.stderr, r.stderr[-2000:]
-    return sdists[0], wheels[0]
+        release.installs = dict(checked)
+    return release
 
 
-def test_sdist_contains_the_sources(dist):
-    sdist, _ = dist
+def _install_and_check(
+    release: Release, minor: str, root: Path
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    """A venv of the wheel's interpreter; the wheel installed by that
+    interpreter's pip with no index, no dependencies and no compiler on
+    PATH (CC and CXX are `false` too); then the smoke test and the
+    self-check, from a folder outside the checkout."""
+    python = release.interpreters[minor]
+    env_dir = root / f"venv-{minor}"
+    run = {"cwd": root, "capture_output": True, "text": True, "check": False}
+    venv = subprocess.run([python, "-m", "venv", "--without-pip", env_dir],
+                          timeout=TIMEOUT, **run)  # fmt: skip
+    assert venv.returncode == 0, venv.stderr
+    target = env_dir / "bin" / "python"
+    env = _clean_env(PATH=str(env_dir / "bin"), CC="false", CXX="false")
+    install = [python, "-m", "pip", "--python", target, "install", "--no-index",
+               "--no-deps", release.wheels[minor]]  # fmt: skip
+    result = {"install": subprocess.run(install, env=env, timeout=TIMEOUT, **run)}
+    prefix = str(env_dir)
+    result["smoke"] = subprocess.run(
+        [target, "-c", SMOKE, prefix], env=env, timeout=TIMEOUT, **run
+    )
+    result["cli"] = subprocess.run(
+        [target, "-m", "max.driver"], env=env, timeout=TIMEOUT, **run
+    )
+    return result
+
+
+def _for(release: Release, minor: str) -> Path:
+    if minor not in release.interpreters:
+        pytest.skip(f"no CPython {minor} on this machine (pyenv or PATH)")
+    assert minor in release.wheels, f"no wheel was built for CPython {minor}"
+    return release.wheels[minor]
+
+
+def test_the_default_interpreter_has_a_wheel(release):
+    assert f"{sys.version_info.major}.{sys.version_info.minor}" in release.wheels
+
+
+def test_sdist_contains_the_sources(release):
+    sdist = release.sdist
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     sources = {
@@ -164,6 +197,7 @@ def test_sdist_contains_the_sources(dist):
         "setup.py",
         "pyproject.toml",
         "README.md",
+        "LICENSE",
         "PKG-INFO",
         "max/py.typed",
         "max/_core/driver.pyi",
@@ -176,21 +210,65 @@ def test_sdist_contains_the_sources(dist):
     assert not [n for n in names if n.endswith((".so", ".o"))]
 
 
-def test_wheel_is_binary_and_complete(dist):
-    _, wheel = dist
-    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    assert wheel.name.startswith(f"max_driver-0.1.0-{py}-{py}-")
-    assert not wheel.name.endswith("-any.whl")
+# ---- the wheels: manylinux, stripped, complete ----------------------------
+
+
+def _elf_sections(data: bytes) -> dict[str, tuple[int, int]]:
+    """Section name -> (file offset, size) of a 64-bit little-endian ELF."""
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(i: int) -> tuple[int, int, int]:
+        name, _, _, _, offset, size = struct.unpack_from(
+            "<IIQQQQ", data, shoff + i * shentsize
+        )
+        return name, offset, size
+
+    _, names_at, _ = header(shstrndx)
+    sections = {}
+    for i in range(shnum):
+        name, offset, size = header(i)
+        end = data.index(b"\0", names_at + name)
+        sections[data[names_at + name : end].decode()] = (offset, size)
+    return sections
+
+
+def _dynamic_tags(data: bytes, sections: dict[str, tuple[int, int]]) -> set[int]:
+    offset, size = sections[".dynamic"]
+    return {
+        struct.unpack_from("<q", data, at)[0] for at in range(offset, offset + size, 16)
+    }
+
+
+DT_RPATH, DT_RUNPATH = 15, 29
+
+
+@pytest.mark.parametrize("minor", SUPPORTED)
+def test_wheel_is_manylinux_stripped_and_complete(release, minor):
+    wheel = _for(release, minor)
+    from max._core import __version__
+
+    py = "cp3" + minor.split(".")[1]
+    assert re.fullmatch(
+        rf"max_driver-{re.escape(__version__)}-{py}-{py}-manylinux_2_\d+_x86_64\.whl",
+        wheel.name,
+    ), wheel.name
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        info = [n for n in names if n.endswith(".dist-info/WHEEL")]
-        assert "Root-Is-Purelib: false" in zf.read(info[0]).decode()
-        eps = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
-        assert eps, "no entry_points.txt"
-        text = zf.read(eps[0]).decode()
-        assert "[pytest11]" in text and "max_driver = max.pytest_plugin" in text
-    sos = [n for n in names if n.startswith("max/_core/driver.") and n.endswith(".so")]
-    assert len(sos) == 1, sorted(names)
+        info = f"max_driver-{__version__}.dist-info"
+        meta = zf.read(f"{info}/WHEEL").decode()
+        assert "Root-Is-Purelib: false" in meta
+        assert re.search(rf"^Tag: {py}-{py}-manylinux_2_\d+_x86_64$", meta, re.M)
+        metadata = zf.read(f"{info}/METADATA").decode()
+        assert "License-Expression: Apache-2.0" in metadata
+        assert "Requires-Dist: numpy>=1.24" in metadata.splitlines()
+        license_text = zf.read(f"{info}/licenses/LICENSE").decode()
+        assert "Apache License" in license_text and "Version 2.0" in license_text
+        eps = zf.read(f"{info}/entry_points.txt").decode()
+        assert "[pytest11]" in eps and "max_driver = max.pytest_plugin" in eps
+        (so,) = [n for n in names if re.fullmatch(r"max/_core/driver\..*\.so", n)]
+        data = zf.read(so)
     for required in (
         "max/__init__.py",
         "max/py.typed",
@@ -198,56 +276,36 @@ def test_wheel_is_binary_and_complete(dist):
         "max/_core/driver.pyi",
         "max/driver/__init__.py",
         "max/driver/__main__.py",
+        "max/driver/_cli.py",
         "max/driver/driver.py",
         "max/dtype/__init__.py",
         "max/dtype/__init__.pyi",
         "max/pytest_plugin.py",
     ):
         assert required in names, required
-    assert not [n for n in names if n.startswith(("csrc/", "tests/"))]
+    assert not [n for n in names if n.startswith(("csrc/", "tests/", "max.libs"))]
+    sections = _elf_sections(data)
+    assert ".text" in sections and ".dynamic" in sections
+    assert not [s for s in sections if s.startswith(".debug") or s == ".symtab"]
+    # No run-time search path of the build machine's (pyenv adds one).
+    assert not {DT_RPATH, DT_RUNPATH} & _dynamic_tags(data, sections)
 
 
-@pytest.fixture(scope="module")
-def installed(dist, tmp_path_factory):
-    """A fresh venv with only the wheel installed: no index, no dependencies,
-    and no compiler (``CC``/``CXX`` point at ``false``), so nothing can be
-    built on the way in."""
-    _, wheel = dist
-    root = tmp_path_factory.mktemp("venv")
-    env_dir = root / "venv"
-    try:
-        venv.EnvBuilder(with_pip=True, symlinks=True).create(env_dir)
-        pip = [env_dir / "bin" / "python", "-m", "pip"]
-    except subprocess.CalledProcessError:
-        # A distribution Python without ensurepip (Debian's python3 without
-        # python3-venv): install with this interpreter's pip into the venv.
-        shutil.rmtree(env_dir)
-        venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
-        pip = [sys.executable, "-m", "pip", "--python", env_dir / "bin" / "python"]
-    python = env_dir / "bin" / "python"
-    env = _clean_env(
-        CC="false",
-        CXX="false",
-        PIP_NO_INDEX="1",
-        PIP_DISABLE_PIP_VERSION_CHECK="1",
-    )
-    cmd = [*pip, "install", "--no-index", "--no-deps", wheel]
-    r = _run(cmd, cwd=root, env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "Building wheel" not in r.stdout
-    return python, env, root
+# ---- installed: each interpreter, no compiler, the self-check ---------------
 
 
-def test_wheel_installs_and_runs_without_build_tools(installed):
-    python, env, root = installed
-    prefix = str(python.parent.parent)
-    r = _run([python, "-c", SMOKE, prefix], cwd=root, env=env, timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "SMOKE OK" in r.stdout
-
-
-def test_cli_in_the_venv(installed):
-    python, env, root = installed
-    r = _run([python, "-m", "max.driver"], cwd=root, env=env, timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "PASS" in r.stdout
+@pytest.mark.parametrize("minor", SUPPORTED)
+def test_installs_without_a_compiler_and_self_checks(release, minor):
+    _for(release, minor)
+    runs = release.installs[minor]
+    install = runs["install"]
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert "Building wheel" not in install.stdout
+    smoke = runs["smoke"]
+    assert smoke.returncode == 0, smoke.stdout + smoke.stderr
+    assert "SMOKE OK" in smoke.stdout
+    cli = runs["cli"]
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    assert cli.stdout.rstrip().endswith("PASS")
+    first = cli.stdout.splitlines()[0]
+    assert f"(Python {minor}." in first and "venv-" in first, first

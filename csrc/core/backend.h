@@ -346,36 +346,45 @@ static inline bool mxd_stale(unsigned epoch)
 
 /* The RuntimeError for using `what` (e.g. "DeviceQueue") after a fork. */
 mxd_status mxd_fail_stale(mxd_error *err, const char *what);
-/* Registers the fork handlers (once). */
-void mxd_process_setup(void);
+
+/* What a module does around fork(): take its global lock before the fork,
+ * release it after, and in the child also forget what belonged to threads
+ * that no longer exist.  Modules export their hooks; init.c registers them
+ * with process.c, which calls them through this table (so process.c, which
+ * every module calls, calls no module by name). */
+typedef struct mxd_fork_hooks {
+    void (*prepare)(void);
+    void (*parent)(void);
+    void (*child)(void);
+} mxd_fork_hooks;
+
+/* What a module does at exit, once a GPU driver is loaded: from now on its
+ * thread makes no driver call; it waits (until `until`, CLOCK_REALTIME) for
+ * the one in progress.  What it had pending is abandoned. */
+typedef void (*mxd_exit_hook)(const struct timespec *until);
+
+/* Registers the fork handlers; called once (by mxd_init).  `prepare` hooks
+ * run in table order (the order the modules' locks are taken), `parent` and
+ * `child` hooks in reverse.  At exit, the exit hooks run in table order. */
+void mxd_process_setup(const mxd_fork_hooks *const *fork_hooks,
+                       size_t fork_count, const mxd_exit_hook *exit_hooks,
+                       size_t exit_count);
 
 /* Once a GPU driver library is loaded and initialised: registers the exit
  * handler that stops our threads' driver calls before the driver tears
  * itself down at exit (once). */
 void mxd_process_driver_loaded(void);
-/* The parts of that exit handler each module owns: from now on its thread
- * makes no driver call; waits (until `until`, CLOCK_REALTIME) for the one
- * in progress.  What it had pending is abandoned. */
 void mxd_reaper_stop(const struct timespec *until);
 void mxd_watch_stop(const struct timespec *until);
 /* Waits until nobody holds `mu` (until `until`); false when it timed out. */
 bool mxd_wait_for_mutex(pthread_mutex_t *mu, const struct timespec *until);
 
-/* The parts of the fork handlers each module owns: take its global lock
- * before the fork, release it after, and in the child also forget what
- * belonged to threads that no longer exist. */
-void mxd_pool_fork_prepare(void);
-void mxd_pool_fork_parent(void);
-void mxd_pool_fork_child(void);
-void mxd_devices_fork_prepare(void);
-void mxd_devices_fork_parent(void);
-void mxd_devices_fork_child(void);
-void mxd_selection_fork_prepare(void);
-void mxd_selection_fork_parent(void);
-void mxd_selection_fork_child(void);
-void mxd_watch_fork_prepare(void);
-void mxd_watch_fork_parent(void);
-void mxd_watch_fork_child(void);
+extern const mxd_fork_hooks mxd_pool_fork_hooks;
+extern const mxd_fork_hooks mxd_devices_fork_hooks;
+extern const mxd_fork_hooks mxd_selection_fork_hooks;
+extern const mxd_fork_hooks mxd_watch_fork_hooks;
+extern const mxd_fork_hooks mxd_symmetric_fork_hooks;
+extern const mxd_fork_hooks mxd_capture_fork_hooks;
 
 /* ---- Memory (memory.c) -------------------------------------------------- */
 

@@ -10,23 +10,6 @@
 /* ---- Messages ----------------------------------------------------------- */
 
 /* "cuda[0]:queue@0x..." as the binding's repr() writes it. */
-static void queue_name(const mxd_queue *q, char *buf, size_t size)
-{
-    snprintf(buf, size, "%s[%d]:queue@%p", q->ops->api, q->device->id,
-             (const void *)q);
-}
-
-mxd_status mxd_capture_refuse(const mxd_queue *q, const char *what,
-                              const char *hint, mxd_error *err)
-{
-    char name[64];
-    queue_name(q, name, sizeof name);
-    return mxd_fail(err, MXD_UNAVAILABLE,
-                    "%s is not allowed while %s captures (%s); nothing was "
-                    "recorded and the capture is still intact",
-                    what, name, hint);
-}
-
 mxd_status mxd_capture_check_thread(const mxd_queue *q, const char *what,
                                     mxd_error *err)
 {
@@ -298,8 +281,8 @@ static mxd_status record_node(mxd_capture *c, mxd_queue *q, mxd_node *n,
     return st;
 }
 
-mxd_status mxd_capture_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
-                               uint64_t value, mxd_error *err)
+static mxd_status capture_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
+                                  uint64_t value, mxd_error *err)
 {
     const char *what = flag ? "an async host function" : "a host function";
     mxd_status st = mxd_capture_check_thread(q, what, err);
@@ -325,8 +308,8 @@ mxd_status mxd_capture_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
     return MXD_OK;
 }
 
-mxd_status mxd_capture_wait_value(mxd_queue *q, mxd_flag *flag, uint64_t value,
-                                  mxd_error *err)
+static mxd_status capture_wait_value(mxd_queue *q, mxd_flag *flag,
+                                     uint64_t value, mxd_error *err)
 {
     mxd_status st = mxd_capture_check_thread(q, "wait_for_host_value()", err);
     if (st != MXD_OK)
@@ -371,8 +354,8 @@ static bool same_side(const mxd_queue *q, const mxd_view *v)
            mxd_device_is_host(q->device);
 }
 
-mxd_status mxd_capture_copy(const mxd_view *dst, const mxd_view *src,
-                            const mxd_copy_plan *plan, mxd_error *err)
+static mxd_status capture_copy(const mxd_view *dst, const mxd_view *src,
+                               const mxd_copy_plan *plan, mxd_error *err)
 {
     mxd_queue *q = dst->queue;
     mxd_status st = mxd_capture_check_thread(q, "a copy", err);
@@ -427,6 +410,21 @@ mxd_status mxd_capture_copy(const mxd_view *dst, const mxd_view *src,
  * kept by a reference), swapped under it, and freed by its last holder.
  * Events that were never recorded in a capture never take it. */
 static pthread_mutex_t points_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* A leaf lock: taken last before fork() (init.c), so the child finds it
+ * free. */
+static void points_lock(void)
+{
+    pthread_mutex_lock(&points_mu);
+}
+
+static void points_unlock(void)
+{
+    pthread_mutex_unlock(&points_mu);
+}
+
+const mxd_fork_hooks mxd_capture_fork_hooks = {points_lock, points_unlock,
+                                               points_unlock};
 
 static void point_put(mxd_capture_point *p)
 {
@@ -484,7 +482,7 @@ void mxd_event_leave_capture(mxd_event *ev)
         point_set(ev, NULL);
 }
 
-mxd_status mxd_capture_record(mxd_queue *q, mxd_event *ev, mxd_error *err)
+static mxd_status capture_record(mxd_queue *q, mxd_event *ev, mxd_error *err)
 {
     mxd_status st = mxd_capture_check_thread(q, "record_event()", err);
     if (st != MXD_OK)
@@ -598,8 +596,8 @@ static mxd_status refuse_merge(mxd_queue *q, mxd_error *err)
                               err);
 }
 
-mxd_status mxd_capture_wait_queue(mxd_queue *q, mxd_queue *other,
-                                  mxd_error *err)
+static mxd_status capture_wait_queue(mxd_queue *q, mxd_queue *other,
+                                     mxd_error *err)
 {
     mxd_status st = mxd_capture_check_thread(q, "wait_for()", err);
     if (st == MXD_OK)
@@ -638,7 +636,8 @@ static mxd_status wait_point(mxd_queue *q, mxd_event *ev, mxd_capture_point *p,
     return join_node(c, q, ev, NULL, p->node, p->clock, p->count, err);
 }
 
-mxd_status mxd_capture_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err)
+static mxd_status capture_wait_event(mxd_queue *q, mxd_event *ev,
+                                     mxd_error *err)
 {
     mxd_status st = mxd_capture_check_thread(q, "wait_for()", err);
     if (st != MXD_OK)
@@ -727,7 +726,7 @@ static mxd_status check_origin(mxd_queue *q, const char *fname, mxd_error *err)
     mxd_status st = mxd_capture_check_thread(q, fname, err);
     if (st == MXD_OK && q->lane != 0) {
         char name[64];
-        queue_name(c->lanes[0].queue, name, sizeof name);
+        mxd_queue_name(c->lanes[0].queue, name, sizeof name);
         st = mxd_fail(err, MXD_UNAVAILABLE,
                       "%s(): the queue joined a capture that %s began; end it "
                       "there; the capture is still intact",
@@ -754,7 +753,7 @@ mxd_status mxd_queue_end_capture(mxd_queue *q, mxd_graph **out, mxd_error *err)
     if (k >= 0) {
         char name[64];
         mxd_error ignored;
-        queue_name(c->lanes[k].queue, name, sizeof name);
+        mxd_queue_name(c->lanes[k].queue, name, sizeof name);
         end(c, false, &st, &ignored);
         return mxd_fail(err, MXD_UNAVAILABLE,
                         "end_capture(): %s joined the capture and was not "
@@ -1004,3 +1003,13 @@ char *mxd_graph_dot(const mxd_graph *g)
     }
     return t.buf;
 }
+
+const mxd_recorder mxd_capture_recorder = {
+    .wait_queue = capture_wait_queue,
+    .wait_event = capture_wait_event,
+    .record = capture_record,
+    .host_fn = capture_host_fn,
+    .wait_value = capture_wait_value,
+    .copy = capture_copy,
+    .recorded_outside = mxd_event_leave_capture,
+};

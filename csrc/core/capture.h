@@ -126,28 +126,40 @@ typedef struct mxd_capture_point {
 /* ---- The generic layer's routes (capture.c) ----------------------------
  * Each is called for a queue that captures (or, for the waits, when either
  * side is in a capture) and either records the operation or refuses it
- * with a RuntimeError that says the capture is intact. */
+ * with a RuntimeError that says the capture is intact.  The generic layer
+ * (queue.c, memory.c) reaches them through the table mxd_recorder, which
+ * init.c sets, as it reaches a backend through its operations: the
+ * recorder sits above the queues and memory it records, and calls them. */
+typedef struct mxd_recorder {
+    mxd_status (*wait_queue)(mxd_queue *q, mxd_queue *other, mxd_error *err);
+    /* ev recorded in a capture (active or not), or q capturing. */
+    mxd_status (*wait_event)(mxd_queue *q, mxd_event *ev, mxd_error *err);
+    mxd_status (*record)(mxd_queue *q, mxd_event *ev, mxd_error *err);
+    /* A host function; with `flag`, the kickoff of an async one. */
+    mxd_status (*host_fn)(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
+                          uint64_t value, mxd_error *err);
+    mxd_status (*wait_value)(mxd_queue *q, mxd_flag *flag, uint64_t value,
+                             mxd_error *err);
+    mxd_status (*copy)(const mxd_view *dst, const mxd_view *src,
+                       const mxd_copy_plan *plan, mxd_error *err);
+    /* ev was recorded outside any capture: it forgets its capture point. */
+    void (*recorded_outside)(mxd_event *ev);
+} mxd_recorder;
 
+/* capture.c's routes; and the table the generic layer calls (queue.c). */
+extern const mxd_recorder mxd_capture_recorder;
+extern const mxd_recorder *mxd_recorder_in_use;
+
+/* "cpu[0]:queue@0x...", as the queue's repr names it (queue.c). */
+void mxd_queue_name(const mxd_queue *q, char *buf, size_t size);
 /* RuntimeError: `what` is not allowed on a capturing queue (`hint` says
- * what to do instead). */
+ * what to do instead); queue.c. */
 mxd_status mxd_capture_refuse(const mxd_queue *q, const char *what,
                               const char *hint, mxd_error *err);
 /* MXD_OK when the calling thread may enqueue on q (capturing): the one
  * that began its capture; `what` names the operation otherwise. */
 mxd_status mxd_capture_check_thread(const mxd_queue *q, const char *what,
                                     mxd_error *err);
-mxd_status mxd_capture_wait_queue(mxd_queue *q, mxd_queue *other,
-                                  mxd_error *err);
-/* ev recorded in a capture (active or not), or q capturing. */
-mxd_status mxd_capture_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err);
-mxd_status mxd_capture_record(mxd_queue *q, mxd_event *ev, mxd_error *err);
-/* A host function; with `flag`, the kickoff of an async one. */
-mxd_status mxd_capture_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
-                               uint64_t value, mxd_error *err);
-mxd_status mxd_capture_wait_value(mxd_queue *q, mxd_flag *flag, uint64_t value,
-                                  mxd_error *err);
-mxd_status mxd_capture_copy(const mxd_view *dst, const mxd_view *src,
-                            const mxd_copy_plan *plan, mxd_error *err);
 /* Host access to memory an active capture touched: RuntimeError. */
 mxd_status mxd_capture_refuse_access(const mxd_memory *m, mxd_error *err);
 

@@ -187,116 +187,17 @@ mxd_status mxd_enable_all_peer_access(mxd_error *err)
     return MXD_OK;
 }
 
-mxd_queue *mxd_device_default_queue(mxd_device *dev, mxd_error *err)
-{
-    if (mxd_device_check(dev, err) != MXD_OK)
-        return NULL;
-    pthread_mutex_lock(&dev->mu);
-    mxd_queue *q = dev->default_queue;
-    pthread_mutex_unlock(&dev->mu);
-    if (q)
-        return q;
-    if (mxd_queue_create(dev, &q, err) != MXD_OK)
-        return NULL;
-    q->is_default = true;
-    pthread_mutex_lock(&dev->mu);
-    if (!dev->default_queue) {
-        dev->default_queue = q; /* the device keeps this reference */
-        q = NULL;
-    }
-    mxd_queue *result = dev->default_queue;
-    pthread_mutex_unlock(&dev->mu);
-    if (q) /* another thread won the race */
-        mxd_queue_release(q);
-    return result;
-}
-
-/* Retains every live queue of dev into *out (malloc'd); returns the count
- * or -1 when out of memory. */
-static long retain_queues(mxd_device *dev, mxd_queue ***out)
-{
-    pthread_mutex_lock(&dev->mu);
-    long count = 0;
-    for (mxd_queue *q = dev->queues; q; q = q->next)
-        count++;
-    mxd_queue **queues = malloc((size_t)(count ? count : 1) * sizeof *queues);
-    long kept = 0;
-    for (mxd_queue *q = queues ? dev->queues : NULL; q; q = q->next) {
-        /* A queue whose count reached zero is being destroyed and has no
-         * pending work: skip it rather than resurrect it. */
-        long refs = atomic_load(&q->refs);
-        while (refs > 0 &&
-               !atomic_compare_exchange_weak(&q->refs, &refs, refs + 1))
-            ;
-        if (refs > 0)
-            queues[kept++] = q;
-    }
-    pthread_mutex_unlock(&dev->mu);
-    *out = queues;
-    return queues ? kept : -1;
-}
-
-bool mxd_device_is_idle(mxd_device *dev)
-{
-    mxd_error ignored; /* an unusable device is "busy": its wait reports */
-    if (mxd_device_check(dev, &ignored) != MXD_OK)
-        return false;
-    pthread_mutex_lock(&dev->mu);
-    bool idle = true;
-    /* A capturing queue is not idle: its synchronize refuses (SPEC 16). */
-    for (mxd_queue *q = dev->queues; idle && q; q = q->next)
-        idle = mxd_queue_is_idle(q) && !mxd_capture_of(q);
-    pthread_mutex_unlock(&dev->mu);
-    return idle;
-}
-
-mxd_status mxd_device_synchronize(mxd_device *dev, const mxd_wait *wait,
-                                  mxd_error *err)
-{
-    if (mxd_device_check(dev, err) != MXD_OK)
-        return MXD_UNAVAILABLE;
-    mxd_queue **queues;
-    long count = retain_queues(dev, &queues);
-    if (count < 0)
-        return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
-    mxd_status refused = MXD_OK; /* before waiting for anything */
-    for (long i = 0; refused == MXD_OK && i < count; i++)
-        refused =
-            mxd_queue_check_wait(queues[i], "synchronize() of its device", err);
-    if (refused != MXD_OK) {
-        for (long i = 0; i < count; i++)
-            mxd_queue_release(queues[i]);
-        free(queues);
-        return refused;
-    }
-    /* One deadline for the whole device: each queue gets what is left. */
-    int64_t start = mxd_now_ns();
-    mxd_wait left = wait ? *wait : (mxd_wait){.timeout = -1};
-    mxd_status st = MXD_OK;
-    for (long i = 0; i < count; i++) {
-        if (st == MXD_OK && left.timeout >= 0) {
-            double spent = (double)(mxd_now_ns() - start) / MXD_SECOND;
-            left.timeout = spent < wait->timeout ? wait->timeout - spent : 0;
-        }
-        if (st == MXD_OK)
-            st = mxd_queue_synchronize(queues[i], &left, err);
-        mxd_queue_release(queues[i]);
-    }
-    free(queues);
-    return st;
-}
-
-void mxd_devices_fork_prepare(void)
+static void devices_fork_prepare(void)
 {
     pthread_mutex_lock(&cpu_device.mu);
 }
 
-void mxd_devices_fork_parent(void)
+static void devices_fork_parent(void)
 {
     pthread_mutex_unlock(&cpu_device.mu);
 }
 
-void mxd_devices_fork_child(void)
+static void devices_fork_child(void)
 {
     /* The CPU device's queues are stale in the child: it starts afresh,
      * with a new default queue made on first use. */
@@ -304,3 +205,9 @@ void mxd_devices_fork_child(void)
     cpu_device.default_queue = NULL;
     pthread_mutex_unlock(&cpu_device.mu);
 }
+
+const mxd_fork_hooks mxd_devices_fork_hooks = {
+    devices_fork_prepare,
+    devices_fork_parent,
+    devices_fork_child,
+};

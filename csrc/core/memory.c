@@ -305,7 +305,7 @@ mxd_status mxd_copy(const mxd_view *dst, const mxd_view *src,
     if (st != MXD_OK)
         return st;
     if (captured)
-        return mxd_capture_copy(dst, src, &plan, err);
+        return mxd_recorder_in_use->copy(dst, src, &plan, err);
     mxd_trace_note note = {"memcpy", dst->queue, 0, 0};
     st = copier(dst, src)->copy(dst, src, &plan, wait, &note, err);
     if (st == MXD_OK && mxd_trace_active())

@@ -103,18 +103,18 @@ mxd_status mxd_pool_submit(mxd_job *job, mxd_error *err)
     return MXD_OK;
 }
 
-void mxd_pool_fork_prepare(void)
+static void pool_fork_prepare(void)
 {
     pthread_once(&pool.once, pool_init);
     pthread_mutex_lock(&pool.mu);
 }
 
-void mxd_pool_fork_parent(void)
+static void pool_fork_parent(void)
 {
     pthread_mutex_unlock(&pool.mu);
 }
 
-void mxd_pool_fork_child(void)
+static void pool_fork_child(void)
 {
     /* No worker survived the fork; their jobs belong to stale objects. */
     pool.head = pool.tail = NULL;
@@ -188,3 +188,9 @@ void mxd_memcpy_parallel(void *dst, const void *src, size_t n, int threads)
     pthread_cond_destroy(&all.done);
     pthread_mutex_destroy(&all.mu);
 }
+
+const mxd_fork_hooks mxd_pool_fork_hooks = {
+    pool_fork_prepare,
+    pool_fork_parent,
+    pool_fork_child,
+};

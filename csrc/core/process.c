@@ -2,56 +2,56 @@
  *
  * fork() copies only the calling thread.  The core's worker threads, the
  * locks they held, the work they had queued and any GPU driver state do not
- * survive in the child.  The handlers below take the core's global locks
- * around the fork (so the child gets them in a consistent state), reset the
- * CPU backend in the child, and advance the process epoch so that objects
- * made before the fork refuse to be used (see mxd_stale). */
+ * survive in the child.  The handlers below run the modules' fork hooks,
+ * which take the core's global locks around the fork (so the child gets
+ * them in a consistent state) and reset the CPU backend in the child, and
+ * advance the process epoch so that objects made before the fork refuse to
+ * be used (see mxd_stale).  The modules' hooks come as a table (init.c
+ * registers it): this file, which every module calls, calls none of them
+ * by name. */
 #include <stdlib.h>
 #include <time.h>
 
 #include "backend.h"
-#include "virtual.h"
 
 atomic_uint mxd_process_epoch;
 
-static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+/* The modules' hooks, from mxd_process_setup. */
+static struct {
+    const mxd_fork_hooks *const *fork;
+    size_t fork_count;
+    const mxd_exit_hook *exit;
+    size_t exit_count;
+} hooks;
 
 static void before_fork(void)
 {
-    mxd_selection_fork_prepare();
-    mxd_virtual_fork_prepare();
-    mxd_devices_fork_prepare();
-    mxd_watch_fork_prepare(); /* before the pool: it submits jobs to it */
-    mxd_pool_fork_prepare();
+    for (size_t i = 0; i < hooks.fork_count; i++)
+        hooks.fork[i]->prepare();
 }
 
 static void after_fork_parent(void)
 {
-    mxd_pool_fork_parent();
-    mxd_watch_fork_parent();
-    mxd_devices_fork_parent();
-    mxd_virtual_fork_parent();
-    mxd_selection_fork_parent();
+    for (size_t i = hooks.fork_count; i-- > 0;)
+        hooks.fork[i]->parent();
 }
 
 static void after_fork_child(void)
 {
     atomic_fetch_add(&mxd_process_epoch, 1);
-    mxd_pool_fork_child();
-    mxd_watch_fork_child();
-    mxd_devices_fork_child();
-    mxd_virtual_fork_child();
-    mxd_selection_fork_child();
+    for (size_t i = hooks.fork_count; i-- > 0;)
+        hooks.fork[i]->child();
 }
 
-static void register_handlers(void)
+void mxd_process_setup(const mxd_fork_hooks *const *fork_hooks,
+                       size_t fork_count, const mxd_exit_hook *exit_hooks,
+                       size_t exit_count)
 {
+    hooks.fork = fork_hooks;
+    hooks.fork_count = fork_count;
+    hooks.exit = exit_hooks;
+    hooks.exit_count = exit_count;
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
-}
-
-void mxd_process_setup(void)
-{
-    pthread_once(&setup_once, register_handlers);
 }
 
 /* ---- Exit ---------------------------------------------------------------
@@ -89,8 +89,8 @@ static void before_driver_exit(void)
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += EXIT_WAIT_NS / MXD_SECOND;
-    mxd_watch_stop(&until);
-    mxd_reaper_stop(&until);
+    for (size_t i = 0; i < hooks.exit_count; i++)
+        hooks.exit[i](&until);
 }
 
 static void register_exit_handler(void)

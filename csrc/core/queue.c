@@ -1,6 +1,31 @@
-/* Queues: reference counting, the device's list of queues, and the checks
+/* Queues: reference counting, the device's list of queues (with its
+ * default queue and the device-wide synchronize over them), and the checks
  * every backend shares before it enqueues anything. */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "backend.h"
+
+/* The recorder that takes the work of capturing queues (capture.h); init.c
+ * sets it before any queue exists. */
+const mxd_recorder *mxd_recorder_in_use;
+
+void mxd_queue_name(const mxd_queue *q, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s[%d]:queue@%p", q->ops->api, q->device->id,
+             (const void *)q);
+}
+
+mxd_status mxd_capture_refuse(const mxd_queue *q, const char *what,
+                              const char *hint, mxd_error *err)
+{
+    char name[64];
+    mxd_queue_name(q, name, sizeof name);
+    return mxd_fail(err, MXD_UNAVAILABLE,
+                    "%s is not allowed while %s captures (%s); nothing was "
+                    "recorded and the capture is still intact",
+                    what, name, hint);
+}
 
 static void link_queue(mxd_device *dev, mxd_queue *q)
 {
@@ -43,6 +68,105 @@ mxd_status mxd_queue_create(mxd_device *dev, mxd_queue **out, mxd_error *err)
     link_queue(dev, q);
     *out = q;
     return MXD_OK;
+}
+
+mxd_queue *mxd_device_default_queue(mxd_device *dev, mxd_error *err)
+{
+    if (mxd_device_check(dev, err) != MXD_OK)
+        return NULL;
+    pthread_mutex_lock(&dev->mu);
+    mxd_queue *q = dev->default_queue;
+    pthread_mutex_unlock(&dev->mu);
+    if (q)
+        return q;
+    if (mxd_queue_create(dev, &q, err) != MXD_OK)
+        return NULL;
+    q->is_default = true;
+    pthread_mutex_lock(&dev->mu);
+    if (!dev->default_queue) {
+        dev->default_queue = q; /* the device keeps this reference */
+        q = NULL;
+    }
+    mxd_queue *result = dev->default_queue;
+    pthread_mutex_unlock(&dev->mu);
+    if (q) /* another thread won the race */
+        mxd_queue_release(q);
+    return result;
+}
+
+/* Retains every live queue of dev into *out (malloc'd); returns the count
+ * or -1 when out of memory. */
+static long retain_queues(mxd_device *dev, mxd_queue ***out)
+{
+    pthread_mutex_lock(&dev->mu);
+    long count = 0;
+    for (mxd_queue *q = dev->queues; q; q = q->next)
+        count++;
+    mxd_queue **queues = malloc((size_t)(count ? count : 1) * sizeof *queues);
+    long kept = 0;
+    for (mxd_queue *q = queues ? dev->queues : NULL; q; q = q->next) {
+        /* A queue whose count reached zero is being destroyed and has no
+         * pending work: skip it rather than resurrect it. */
+        long refs = atomic_load(&q->refs);
+        while (refs > 0 &&
+               !atomic_compare_exchange_weak(&q->refs, &refs, refs + 1))
+            ;
+        if (refs > 0)
+            queues[kept++] = q;
+    }
+    pthread_mutex_unlock(&dev->mu);
+    *out = queues;
+    return queues ? kept : -1;
+}
+
+bool mxd_device_is_idle(mxd_device *dev)
+{
+    mxd_error ignored; /* an unusable device is "busy": its wait reports */
+    if (mxd_device_check(dev, &ignored) != MXD_OK)
+        return false;
+    pthread_mutex_lock(&dev->mu);
+    bool idle = true;
+    /* A capturing queue is not idle: its synchronize refuses (SPEC 16). */
+    for (mxd_queue *q = dev->queues; idle && q; q = q->next)
+        idle = mxd_queue_is_idle(q) && !mxd_capture_of(q);
+    pthread_mutex_unlock(&dev->mu);
+    return idle;
+}
+
+mxd_status mxd_device_synchronize(mxd_device *dev, const mxd_wait *wait,
+                                  mxd_error *err)
+{
+    if (mxd_device_check(dev, err) != MXD_OK)
+        return MXD_UNAVAILABLE;
+    mxd_queue **queues;
+    long count = retain_queues(dev, &queues);
+    if (count < 0)
+        return mxd_fail(err, MXD_NO_MEMORY, "out of memory");
+    mxd_status refused = MXD_OK; /* before waiting for anything */
+    for (long i = 0; refused == MXD_OK && i < count; i++)
+        refused =
+            mxd_queue_check_wait(queues[i], "synchronize() of its device", err);
+    if (refused != MXD_OK) {
+        for (long i = 0; i < count; i++)
+            mxd_queue_release(queues[i]);
+        free(queues);
+        return refused;
+    }
+    /* One deadline for the whole device: each queue gets what is left. */
+    int64_t start = mxd_now_ns();
+    mxd_wait left = wait ? *wait : (mxd_wait){.timeout = -1};
+    mxd_status st = MXD_OK;
+    for (long i = 0; i < count; i++) {
+        if (st == MXD_OK && left.timeout >= 0) {
+            double spent = (double)(mxd_now_ns() - start) / MXD_SECOND;
+            left.timeout = spent < wait->timeout ? wait->timeout - spent : 0;
+        }
+        if (st == MXD_OK)
+            st = mxd_queue_synchronize(queues[i], &left, err);
+        mxd_queue_release(queues[i]);
+    }
+    free(queues);
+    return st;
 }
 
 void mxd_queue_retain(mxd_queue *q)
@@ -158,7 +282,7 @@ mxd_status mxd_queue_wait_queue(mxd_queue *q, mxd_queue *other, mxd_error *err)
     if (q->ops != other->ops)
         return cross_backend(err, q, "a queue", other->device);
     if (mxd_capture_of(q) || mxd_capture_of(other))
-        return mxd_capture_wait_queue(q, other, err);
+        return mxd_recorder_in_use->wait_queue(q, other, err);
     return q->ops->queue_wait_queue(q, other, err);
 }
 
@@ -170,7 +294,7 @@ mxd_status mxd_queue_wait_event(mxd_queue *q, mxd_event *ev, mxd_error *err)
     if (q->ops != ev->ops)
         return cross_backend(err, q, "an event", ev->device);
     if (mxd_capture_of(q) || atomic_load(&ev->point))
-        return mxd_capture_wait_event(q, ev, err);
+        return mxd_recorder_in_use->wait_event(q, ev, err);
     return q->ops->queue_wait_event(q, ev, err);
 }
 
@@ -187,7 +311,7 @@ mxd_status mxd_queue_wait_value(mxd_queue *q, mxd_flag *flag, uint64_t value,
                         flag->ops->api, flag->device->id, q->ops->api,
                         q->device->id);
     if (mxd_capture_of(q))
-        return mxd_capture_wait_value(q, flag, value, err);
+        return mxd_recorder_in_use->wait_value(q, flag, value, err);
     return q->ops->queue_wait_value(q, flag, value, err);
 }
 
@@ -195,7 +319,7 @@ mxd_status mxd_queue_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_error *err)
 {
     mxd_status st = check_fresh(err, q, NULL, NULL, NULL);
     if (st == MXD_OK && mxd_capture_of(q))
-        return mxd_capture_host_fn(q, fn, NULL, 0, err);
+        return mxd_recorder_in_use->host_fn(q, fn, NULL, 0, err);
     return st != MXD_OK ? st : q->ops->queue_host_fn(q, fn, err);
 }
 
@@ -204,7 +328,7 @@ mxd_status mxd_queue_async_host_fn(mxd_queue *q, mxd_host_fn fn, mxd_flag *flag,
 {
     mxd_status st = check_fresh(err, q, NULL, NULL, flag);
     if (st == MXD_OK && mxd_capture_of(q))
-        return mxd_capture_host_fn(q, fn, flag, value, err);
+        return mxd_recorder_in_use->host_fn(q, fn, flag, value, err);
     return st != MXD_OK ? st
                         : q->ops->queue_async_kickoff(q, fn, flag, value, err);
 }
@@ -222,9 +346,9 @@ mxd_status mxd_queue_record(mxd_queue *q, mxd_event *ev, mxd_error *err)
                         ev->ops->api, ev->device->id, q->ops->api,
                         q->device->id);
     if (mxd_capture_of(q))
-        return mxd_capture_record(q, ev, err);
+        return mxd_recorder_in_use->record(q, ev, err);
     st = q->ops->event_record(ev, q, err);
     if (st == MXD_OK)
-        mxd_event_leave_capture(ev); /* recorded outside a capture now */
+        mxd_recorder_in_use->recorded_outside(ev); /* outside a capture */
     return st;
 }

@@ -232,11 +232,10 @@ static void select_backend(void)
     publish();
 }
 
-mxd_status mxd_init(const mxd_host_runner *runner, mxd_error *err)
+mxd_status mxd_select_backend(const mxd_host_runner *runner, mxd_error *err)
 {
     pthread_mutex_lock(&sel.mu);
     if (!sel.done) {
-        mxd_process_setup();
         mxd_set_host_runner(runner);
         select_backend();
         sel.done = true;
@@ -289,19 +288,25 @@ bool mxd_gpu_forked(void)
     return sel.forked;
 }
 
-void mxd_selection_fork_prepare(void)
+static void selection_fork_prepare(void)
 {
     pthread_mutex_lock(&sel.mu);
 }
 
-void mxd_selection_fork_parent(void)
+static void selection_fork_parent(void)
 {
     pthread_mutex_unlock(&sel.mu);
 }
 
-void mxd_selection_fork_child(void)
+static void selection_fork_child(void)
 {
     /* CUDA and HIP do not support a driver initialised before fork(). */
     sel.forked = sel.chosen != NULL;
     pthread_mutex_unlock(&sel.mu);
 }
+
+const mxd_fork_hooks mxd_selection_fork_hooks = {
+    selection_fork_prepare,
+    selection_fork_parent,
+    selection_fork_child,
+};

@@ -4,6 +4,10 @@
 
 #include "mxd.h"
 
+/* mxd_init's work (init.c): sets the host runner and picks the backend,
+ * once; later calls return the first call's outcome. */
+mxd_status mxd_select_backend(const mxd_host_runner *runner, mxd_error *err);
+
 /* Accelerator `id` of the selected backend, prepared for use on first
  * call; id must be in range. */
 mxd_status mxd_selected_device(int id, mxd_device **out, mxd_error *err);

@@ -21,6 +21,21 @@ struct mxd_symmetric {
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static mxd_symmetric *registry;
 
+/* Held across a pool's allocation, which checks its devices: taken
+ * first before fork() (init.c), so the child finds it free. */
+static void registry_lock(void)
+{
+    pthread_mutex_lock(&registry_mu);
+}
+
+static void registry_unlock(void)
+{
+    pthread_mutex_unlock(&registry_mu);
+}
+
+const mxd_fork_hooks mxd_symmetric_fork_hooks = {registry_lock, registry_unlock,
+                                                 registry_unlock};
+
 /* Devices are one object per (backend, id) for the process. */
 static int by_device(const void *a, const void *b)
 {

@@ -171,18 +171,24 @@ mxd_status mxd_virtual_refuse(const mxd_device *dev, const char *what,
                     dev->id, mxd_virtual_target_of(dev)->api, what);
 }
 
-void mxd_virtual_fork_prepare(void)
+static void virtual_fork_prepare(void)
 {
     pthread_mutex_lock(&virt.mu);
 }
 
-void mxd_virtual_fork_parent(void)
+static void virtual_fork_parent(void)
 {
     pthread_mutex_unlock(&virt.mu);
 }
 
-void mxd_virtual_fork_child(void)
+static void virtual_fork_child(void)
 {
     /* Nothing of a virtual device belongs to a thread: only the lock. */
     pthread_mutex_unlock(&virt.mu);
 }
+
+const mxd_fork_hooks mxd_virtual_fork_hooks = {
+    virtual_fork_prepare,
+    virtual_fork_parent,
+    virtual_fork_child,
+};

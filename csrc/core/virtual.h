@@ -28,9 +28,7 @@ mxd_virtual_target_of(const mxd_device *dev)
 mxd_status mxd_virtual_refuse(const mxd_device *dev, const char *what,
                               mxd_error *err);
 
-/* The fork handlers' part (process.c). */
-void mxd_virtual_fork_prepare(void);
-void mxd_virtual_fork_parent(void);
-void mxd_virtual_fork_child(void);
+/* The fork handlers' part (registered by init.c). */
+extern const mxd_fork_hooks mxd_virtual_fork_hooks;
 
 #endif /* MXD_VIRTUAL_H */

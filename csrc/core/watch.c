@@ -210,18 +210,18 @@ bool mxd_watch_thread_running(void)
 
 /* The fork handlers (process.c): the child has no watcher thread, and the
  * watches of the parent's are the parent's (their objects are stale). */
-void mxd_watch_fork_prepare(void)
+static void watch_fork_prepare(void)
 {
     pthread_once(&watcher.once, watcher_init);
     pthread_mutex_lock(&watcher.mu);
 }
 
-void mxd_watch_fork_parent(void)
+static void watch_fork_parent(void)
 {
     pthread_mutex_unlock(&watcher.mu);
 }
 
-void mxd_watch_fork_child(void)
+static void watch_fork_child(void)
 {
     watcher.head = watcher.tail = NULL;
     watcher.running = false;
@@ -376,3 +376,9 @@ void mxd_watch_free(mxd_watch *w)
     free(w->error);
     free(w);
 }
+
+const mxd_fork_hooks mxd_watch_fork_hooks = {
+    watch_fork_prepare,
+    watch_fork_parent,
+    watch_fork_child,
+};

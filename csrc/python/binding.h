@@ -252,6 +252,16 @@ void binding_bridge_clear(binding_bridge *b);
 
 /* ---- Python protocols (SPEC §15) ---------------------------------------- */
 
+/* Number conversions of Buffer through item(), as NumPy's arrays
+ * (buffer_number.c): float(), int(), complex(), bool(), operator.index(),
+ * and bytes() as the contents (not bytes(operator.index(buf))). */
+PyObject *binding_buffer_float(PyObject *self);
+PyObject *binding_buffer_int(PyObject *self);
+PyObject *binding_buffer_complex(PyObject *self, PyObject *unused);
+int binding_buffer_bool(PyObject *self);
+PyObject *binding_buffer_bytes(PyObject *self, PyObject *unused);
+PyObject *binding_buffer_index(PyObject *self);
+
 /* The buffer protocol of Buffer (buffer_protocol.c). */
 int binding_buffer_getbuffer(PyObject *self, Py_buffer *view, int flags);
 void binding_buffer_releasebuffer(PyObject *self, Py_buffer *view);

@@ -916,6 +916,14 @@ static PyMethodDef buffer_methods[] = {
      BINDING_DOC("item", "($self, /)",
                  "The one element of a one-element buffer, as a Python bool, "
                  "int or float.")},
+    {"__complex__", binding_buffer_complex, METH_NOARGS,
+     BINDING_DOC("__complex__", "($self, /)",
+                 "complex(buf): the element of a rank-0 buffer, through "
+                 "item().")},
+    {"__bytes__", binding_buffer_bytes, METH_NOARGS,
+     BINDING_DOC("__bytes__", "($self, /)",
+                 "bytes(buf): the contents, through the buffer protocol (host "
+                 "memory only).")},
     {"view", FASTCALL_KW(binding_buffer_view_as), METH_FASTCALL | METH_KEYWORDS,
      BINDING_DOC("view", "($self, /, dtype, shape=None)",
                  "The same bytes as elements of `dtype`; without `shape` the "
@@ -1056,6 +1064,10 @@ static PyType_Slot buffer_slots[] = {
     {Py_mp_ass_subscript, binding_buffer_ass_subscript},
     {Py_bf_getbuffer, binding_buffer_getbuffer},
     {Py_bf_releasebuffer, binding_buffer_releasebuffer},
+    {Py_nb_float, binding_buffer_float},
+    {Py_nb_int, binding_buffer_int},
+    {Py_nb_bool, binding_buffer_bool},
+    {Py_nb_index, binding_buffer_index},
     {0, NULL},
 };
 

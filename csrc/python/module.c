@@ -217,11 +217,19 @@ static int init_core(void)
     if (mxd_init(&binding_host_runner, &err) == MXD_OK)
         return 0;
     /* Exactly ImportError (not ModuleNotFoundError): the module exists, the
-     * forced backend does not work. */
-    PyErr_SetString(PyExc_ImportError,
-                    err.message[0] != '\0'
-                        ? err.message
-                        : "max._core.driver: backend initialisation failed");
+     * forced backend does not work.  It carries backend_selection(), the
+     * reasons, for whoever reports the failure (python -m max.driver). */
+    PyObject *error = PyObject_CallFunction(
+        PyExc_ImportError, "s",
+        err.message[0] != '\0'
+            ? err.message
+            : "max._core.driver: backend initialisation failed");
+    PyObject *reasons = error ? backend_selection(NULL, NULL) : NULL;
+    if (reasons &&
+        PyObject_SetAttrString(error, "backend_selection", reasons) == 0)
+        PyErr_SetObject(PyExc_ImportError, error);
+    Py_XDECREF(reasons);
+    Py_XDECREF(error);
     return -1;
 }
 

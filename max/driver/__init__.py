@@ -12,9 +12,18 @@ from typing import Any
 
 # __version__, HostHazardCompletion and __unsafe_pack_py_host_func are
 # importable but deliberately not in __all__ (HostHazardCompletion lives in
-# max._core.driver as in MAX, SPEC §12.6).  Names starting with "__" are
+# max._core.driver as in MAX).  Names starting with "__" are
 # only mangled inside class bodies, so the module-level import is literal.
 from max._core import __version__ as __version__
+
+try:  # selects the backend; a forced backend that fails is an ImportError
+    import max._core.driver as _native  # noqa: F401
+except ImportError as _error:
+    from max.driver import _cli
+
+    _cli.import_failed(_error)  # python -m max.driver: explains and exits
+    raise
+
 from max._core.driver import (
     HostHazardCompletion as HostHazardCompletion,
 )

@@ -4,10 +4,14 @@ Prints which accelerator backends were tried and why one was (or was not)
 chosen, every device with its properties, then runs a short self-check that
 orders Python host work on two CPU queues with an event and a completion
 flag, and reports per-operation timings.  Exits 0 only when the check passes.
+``--json`` prints the same report as one JSON object; ``--help`` and
+``--version`` answer (max/driver/_cli.py has the options, and what is said
+when max.driver cannot be loaded at all).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -19,13 +23,14 @@ from collections.abc import Callable
 from typing import Any
 
 from max import driver
-from max.driver import CPU, CompletionFlag, Device, DeviceQueue
+from max.driver import CPU, CompletionFlag, Device, DeviceQueue, _cli
 
 TIMEOUT_S = 10.0
 TIMING_REPS = 5
 TIMING_NUMBER = 20_000
-# The baseline of benchmarks/run.py (its NOOP): a METH_NOARGS C method call
-# that does nothing, about the cheapest call Python makes.
+# The baseline of the repository's benchmarks (benchmarks/common.py's
+# NOOP): a METH_NOARGS C method call that does nothing, about the cheapest
+# call Python makes.
 NOOP_STATEMENT = "zero.bit_length()"
 # (what is timed, the statement timeit runs) over the names of _print_timings.
 TIMED_OPS: list[tuple[str, str]] = [
@@ -40,67 +45,76 @@ TIMED_OPS: list[tuple[str, str]] = [
 ]
 
 
+DEVICE_PROPERTIES = (
+    "api",
+    "id",
+    "label",
+    "model_name",
+    "architecture_name",
+    "stats",
+    "max_single_alloc_size",
+    "is_host_unified",
+    "is_compatible",
+)
+
+
 def _yes_no(value: object) -> str:
     return "yes" if value else "no"
 
 
-def _print_selection() -> None:
-    backend = os.environ.get("MAX_DRIVER_BACKEND", "auto") or "auto"
-    print(f"Backend selection (MAX_DRIVER_BACKEND={backend}):")
+def _selection() -> dict[str, Any]:
     entries = driver.backend_selection()
-    if not entries:
+    chosen = next((e["api"] for e in entries if e["chosen"]), None)
+    return {
+        "requested": os.environ.get("MAX_DRIVER_BACKEND", "auto") or "auto",
+        "entries": entries,
+        "chosen": chosen,
+        "accelerator_count": driver.accelerator_count(),
+    }
+
+
+def _device(dev: Device) -> dict[str, Any]:
+    """The device's properties; any that raises is named in "unavailable"."""
+    properties: dict[str, Any] = {}
+    unavailable: dict[str, str] = {}
+    for name in DEVICE_PROPERTIES:
+        if name == "architecture_name" and dev.is_host:
+            continue  # the CPU has none
+        try:
+            properties[name] = getattr(dev, name)
+        except Exception as exc:  # noqa: BLE001 - reported, not fatal
+            unavailable[name] = f"{type(exc).__name__}: {exc}"
+    out = {"repr": repr(dev), "properties": properties, "unavailable": unavailable}
+    out["graph_capture"] = dev._capabilities()["graph_capture"]  # SPEC 16
+    if not dev.is_host:
+        out["capabilities"] = dev._capabilities()
+    return out
+
+
+def _print_selection(selection: dict[str, Any]) -> None:
+    print(f"Backend selection (MAX_DRIVER_BACKEND={selection['requested']}):")
+    if not selection["entries"]:
         print("  no accelerator backend was tried")
-    chosen = "none (CPU only)"
-    for entry in entries:
-        print(
-            f"  {entry['api']}: library={entry['library'] or '-'}"
-            f" loaded={_yes_no(entry['loaded'])}"
-            f" devices={entry['device_count']}"
-            f" error={entry['error'] or '-'}"
-            f" chosen={_yes_no(entry['chosen'])}"
-        )
-        if entry["chosen"]:
-            chosen = str(entry["api"])
-    print(f"  chosen backend: {chosen}")
-    print(f"  accelerator_count: {driver.accelerator_count()}")
+    for line in _cli.selection_lines(selection["entries"]):
+        print(line)
+    print(f"  chosen backend: {selection['chosen'] or 'none (CPU only)'}")
+    print(f"  accelerator_count: {selection['accelerator_count']}")
 
 
-def _property(dev: Device, name: str) -> str:
-    try:
-        return str(getattr(dev, name))
-    except Exception as exc:  # noqa: BLE001 - reported, not fatal
-        return f"unavailable ({type(exc).__name__}: {exc})"
+def _print_device(device: dict[str, Any]) -> None:
+    print(f"  {device['repr']}")
+    for name in DEVICE_PROPERTIES:
+        if name in device["properties"]:
+            print(f"    {name}: {device['properties'][name]}")
+        elif name in device["unavailable"]:
+            print(f"    {name}: unavailable ({device['unavailable'][name]})")
+    print(f"    graph_capture: {device['graph_capture']}")
+    if "capabilities" in device:
+        _print_capabilities(device["capabilities"])
 
 
-def _print_devices() -> list[Device]:
-    devices: list[Device] = [CPU()]
-    devices += [driver.Accelerator(i) for i in range(driver.accelerator_count())]
-    print(f"Devices ({len(devices)}):")
-    for dev in devices:
-        print(f"  {dev!r}")
-        for name in (
-            "api",
-            "id",
-            "label",
-            "model_name",
-            "architecture_name",
-            "stats",
-            "max_single_alloc_size",
-            "is_host_unified",
-            "is_compatible",
-        ):
-            if name == "architecture_name" and dev.is_host:
-                continue  # the CPU has none
-            print(f"    {name}: {_property(dev, name)}")
-        print(f"    graph_capture: {dev._capabilities()['graph_capture']}")
-        if not dev.is_host:
-            _print_capabilities(dev)
-    return devices
-
-
-def _print_capabilities(dev: Device) -> None:
+def _print_capabilities(caps: dict[str, Any]) -> None:
     """What the driver supports on this GPU (see docs/gpu-drivers.md)."""
-    caps = dev._capabilities()
     version = caps["driver_version"]
     print(
         f"    driver_version: {version // 1000}.{version % 1000 // 10}"
@@ -119,12 +133,11 @@ def _print_capabilities(dev: Device) -> None:
     )
 
 
-def _print_cleanup_failures() -> None:
+def _cleanup_failures() -> dict[str, Any]:
     from max._core import driver as core
 
     count, last = core._cleanup_failures()
-    if count:
-        print(f"Driver cleanup failures: {count} (last: {last})")
+    return {"count": count, "last": last}
 
 
 def _check_order() -> tuple[bool, str]:
@@ -194,7 +207,9 @@ def _time_statements(
     return samples
 
 
-def _print_timings(reps: int = TIMING_REPS, number: int = TIMING_NUMBER) -> bool:
+def _timings(reps: int = TIMING_REPS, number: int = TIMING_NUMBER) -> dict[str, Any]:
+    """Each operation's median ns per call and median ratio to the no-op;
+    "drained" says whether the queue finished afterwards."""
     cpu = CPU()
     q = DeviceQueue(cpu)
     namespace: dict[str, Any] = {
@@ -208,7 +223,29 @@ def _print_timings(reps: int = TIMING_REPS, number: int = TIMING_NUMBER) -> bool
     statements = [NOOP_STATEMENT, *(stmt for _, stmt in TIMED_OPS)]
     samples = _time_statements(statements, namespace, reps, number)
     noop = samples[NOOP_STATEMENT]
-    print("Timings (CPU backend, idle queues), measured as benchmarks/run.py does:")
+    rows = []
+    for name, stmt in [("no-op C method call", NOOP_STATEMENT), *TIMED_OPS]:
+        rows.append(
+            {
+                "operation": name,
+                "statement": stmt,
+                "ns_per_call": statistics.median(samples[stmt]) * 1e9,
+                "ratio": statistics.median(
+                    t / n for t, n in zip(samples[stmt], noop, strict=True)
+                ),
+            }
+        )
+    try:
+        q.synchronize(timeout=TIMEOUT_S)
+        drained = True
+    except TimeoutError:
+        drained = False
+    return {"reps": reps, "number": number, "rows": rows, "drained": drained}
+
+
+def _print_timings(timings: dict[str, Any]) -> None:
+    reps, number = timings["reps"], timings["number"]
+    print("Timings (CPU backend, idle queues), measured as the benchmarks do:")
     print(
         f"  each statement run {number} times by timeit, in {reps} rounds"
         " interleaved with the others;\n"
@@ -217,40 +254,97 @@ def _print_timings(reps: int = TIMING_REPS, number: int = TIMING_NUMBER) -> bool
         f" {NOOP_STATEMENT}"
     )
     print(f"  {'operation':<28} {'statement':<20} {'ns/call':>8} {'ratio':>6}")
-    rows = [("no-op C method call", NOOP_STATEMENT), *TIMED_OPS]
-    for name, stmt in rows:
-        cost = statistics.median(samples[stmt]) * 1e9
-        ratio = statistics.median(
-            t / n for t, n in zip(samples[stmt], noop, strict=True)
+    for row in timings["rows"]:
+        print(
+            f"  {row['operation']:<28} {row['statement']:<20}"
+            f" {row['ns_per_call']:8.1f} {row['ratio']:6.2f}"
         )
-        print(f"  {name:<28} {stmt:<20} {cost:8.1f} {ratio:6.2f}")
-    try:
-        q.synchronize(timeout=TIMEOUT_S)
-    except TimeoutError:
+    if not timings["drained"]:
         print(f"  queue did not drain within {TIMEOUT_S} s")
-        return False
-    return True
 
 
-def main() -> int:
-    """Runs the report and the self-check; returns the exit status."""
-    impl = platform.python_implementation()
-    print(f"max.driver (Python {platform.python_version()}, {impl})")
-    _print_selection()
-    print(f"CPU model: {CPU().model_name}")
-    _print_devices()
-    print("Self-check:")
+def _self_check() -> dict[str, Any]:
     try:
         ok, detail = _check_order()
-        print(f"  order on two CPU queues (event + flag): {detail}")
-        ok = _print_timings() and ok
+        timings = _timings()
     except Exception as exc:  # noqa: BLE001 - the check reports any failure
-        print(f"  self-check raised {type(exc).__name__}: {exc}")
-        ok = False
-    _print_cleanup_failures()
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+        return {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
+    return {
+        "passed": ok and timings["drained"],
+        "order": {"passed": ok, "detail": detail},
+        "timings": timings,
+    }
+
+
+def report() -> dict[str, Any]:
+    """Everything the command reports (running the self-check)."""
+    devices: list[Device] = [CPU()]
+    devices += [driver.Accelerator(i) for i in range(driver.accelerator_count())]
+    result: dict[str, Any] = {
+        "version": driver.__version__,
+        "location": os.path.dirname(os.path.abspath(driver.__file__)),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "other_max_distributions": _cli.other_max_distributions(),
+        "backend_selection": _selection(),
+        "cpu_model": CPU().model_name,
+        "devices": [_device(dev) for dev in devices],
+    }
+    result["self_check"] = _self_check()
+    result["cleanup_failures"] = _cleanup_failures()
+    result["passed"] = result["self_check"]["passed"]
+    return result
+
+
+def print_report(result: dict[str, Any]) -> None:
+    print(
+        f"max.driver {result['version']} (Python {result['python']}, "
+        f"{result['implementation']}) from {result['location']}"
+    )
+    for line in _cli.conflict_lines(result["other_max_distributions"]):
+        print(line)
+    _print_selection(result["backend_selection"])
+    print(f"CPU model: {result['cpu_model']}")
+    print(f"Devices ({len(result['devices'])}):")
+    for device in result["devices"]:
+        _print_device(device)
+    print("Self-check:")
+    check = result["self_check"]
+    if "error" in check:
+        print(f"  self-check raised {check['error']}")
+    else:
+        print(f"  order on two CPU queues (event + flag): {check['order']['detail']}")
+        _print_timings(check["timings"])
+    failures = result["cleanup_failures"]
+    if failures["count"]:
+        count, last = failures["count"], failures["last"]
+        print(f"Driver cleanup failures: {count} (last: {last})")
+    print("PASS" if result["passed"] else "FAIL")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the report and the self-check; returns the exit status."""
+    args = _cli.parser().parse_args(argv)
+    result = report()
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print_report(result)
+    return _cli.PASSED if result["passed"] else _cli.FAILED
+
+
+def _main_piped() -> int:
+    """main(), quiet when stdout closes early (``python -m max.driver |
+    head``), as Python's documentation recommends for SIGPIPE."""
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the exit's flush fails no more
+        return _cli.FAILED
+    return status
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main_piped())

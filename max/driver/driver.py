@@ -130,7 +130,7 @@ def capture(queue: DeviceQueue) -> Iterator[DeviceGraph]:
 
 @runtime_checkable
 class DLPackArray(Protocol):
-    """Anything that exports its memory through DLPack (SPEC §13): NumPy
+    """Anything that exports its memory through DLPack: NumPy
     arrays, PyTorch and JAX tensors, CuPy arrays, Buffers."""
 
     # Only ``stream`` (the array API's one required keyword): a protocol
