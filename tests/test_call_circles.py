@@ -196,7 +196,7 @@ def test_python_graph_sees_lazy_and_relative_imports(tmp_path):
 
 @pytest.mark.parametrize(
     "directory",
-    ["csrc/core"],
+    ["csrc/core", "csrc/python"],
 )
 def test_no_call_circle_in_c(directory):
     graph = c_call_graph(ROOT / directory)
@@ -214,3 +214,20 @@ def test_no_import_circle_in_benchmarks():
     graph = python_import_graph(ROOT / "benchmarks")
     assert "run" in graph and any(graph.values())
     assert circles(graph) == []
+
+
+def test_the_buffer_object_is_under_every_buffer_file():
+    """csrc/python: buffer_object.c (making, allocating and describing a
+    Buffer) calls no other Buffer file; buffer.c (the type) is on top."""
+    graph = c_call_graph(ROOT / "csrc/python")
+    buffer_files = {f for f in graph if f.startswith("buffer") or f == "dlpack"}
+    assert not graph["buffer_object"] & buffer_files
+    assert not any("buffer" in graph[f] for f in graph if f != "module")
+
+
+def test_the_capture_recorder_is_reached_through_its_table():
+    """csrc/core: queue.c and memory.c route captured work to capture.c
+    through mxd_recorder_in_use, which init.c sets, never by name."""
+    graph = c_call_graph(ROOT / "csrc/core")
+    assert "capture" not in graph["queue"] | graph["memory"]
+    assert "queue" in graph["capture"] and "memory" in graph["capture"]

@@ -94,7 +94,7 @@ typedef struct binding_state {
     binding_async async;
 } binding_state;
 
-/* ---- Buffers (buffer.c, buffer_view.c, buffer_copy.c, dlpack.c) --------- */
+/* ---- Buffers (buffer_object.c; buffer_view.c, buffer_copy.c, dlpack.c) -- */
 
 /* A view of memory: rank dimensions, stored inline after the fixed part
  * (shape then strides, in elements), so a Buffer is one allocation. */
@@ -151,6 +151,11 @@ int binding_parse_dtype(binding_state *st, const char *fname, const char *param,
                         PyObject *obj);
 /* A shape argument: a sequence of ints; returns the rank or -1. */
 int binding_parse_shape(const char *fname, PyObject *obj, int64_t *shape);
+/* The same in two steps, so that a constructor checks every argument's
+ * type before any value: the shape as a sequence of ints (a new reference;
+ * NULL with a TypeError), then its values into `shape` (the rank, or -1). */
+PyObject *binding_shape_sequence(const char *fname, PyObject *obj);
+int binding_shape_values(const char *fname, PyObject *seq, int64_t *shape);
 /* One dimension (an int or __index__); a negative one is the core's to
  * reject, after every argument's type was checked.  -1 with an exception
  * (OverflowError beyond 64 bits). */
@@ -310,6 +315,12 @@ static inline binding_state *binding_type_state(PyTypeObject *type)
         compat_module_by_def(type, &binding_module_def));
 }
 
+/* The module object of one of our types (borrowed), or NULL. */
+static inline PyObject *binding_module_of(PyTypeObject *type)
+{
+    return compat_module_by_def(type, &binding_module_def);
+}
+
 static inline binding_state *binding_state_of(PyObject *self)
 {
     return binding_type_state(Py_TYPE(self));
@@ -387,9 +398,25 @@ PyObject *binding_cpu_from_arg(binding_state *st, const char *fname,
                                PyObject *id);
 /* The device's cached default DeviceQueue (borrowed reference). */
 PyObject *binding_device_default_queue(DeviceObject *self);
+/* The device of a DeviceQueue object. */
+static inline mxd_device *binding_stream_device(PyObject *stream)
+{
+    return mxd_queue_device(((QueueObject *)stream)->queue);
+}
+
 /* Wraps a queue reference the caller owns into a DeviceQueue; the reference
- * is consumed even on failure. */
-PyObject *binding_queue_wrap(binding_state *st, mxd_queue *queue);
+ * is consumed even on failure.  Inline: Device (device.c) makes its default
+ * queue with it, and DeviceQueue (queue.c) sits above Device. */
+static inline PyObject *binding_queue_wrap(binding_state *st, mxd_queue *queue)
+{
+    QueueObject *self = PyObject_New(QueueObject, st->queue_type);
+    if (self == NULL) {
+        mxd_queue_release(queue);
+        return NULL;
+    }
+    self->queue = queue;
+    return (PyObject *)self;
+}
 
 /* set_virtual_device_count and its siblings (virtual.c). */
 extern PyMethodDef binding_virtual_functions[];

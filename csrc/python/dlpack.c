@@ -19,11 +19,6 @@ static BufferObject *as_buffer(PyObject *self)
     return (BufferObject *)self;
 }
 
-static mxd_device *target_device_of(PyObject *stream)
-{
-    return mxd_queue_device(((QueueObject *)stream)->queue);
-}
-
 PyObject *binding_import_numpy(const char *what)
 {
     PyObject *np = PyImport_ImportModule("numpy");
@@ -711,7 +706,7 @@ static PyObject *wrap_tensor(binding_state *st, PyObject *capsule,
                              int64_t hi)
 {
     char *first = (char *)t->data + t->byte_offset;
-    mxd_device *dev = target_device_of(spec->stream);
+    mxd_device *dev = binding_stream_device(spec->stream);
     bool host = t->device.device_type != MXD_DL_CUDA &&
                 t->device.device_type != MXD_DL_ROCM;
     mxd_foreign foreign = {

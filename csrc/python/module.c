@@ -183,34 +183,6 @@ static PyMethodDef module_methods[] = {
 
 /* ---- Exec --------------------------------------------------------------- */
 
-static const void *native_at(PyObject *obj, size_t offset)
-{
-    return *(const void *const *)((const char *)obj + offset);
-}
-
-PyObject *binding_compare_native(PyObject *self, PyObject *other, int op,
-                                 size_t native_offset)
-{
-    if ((op != Py_EQ && op != Py_NE) || !Py_IS_TYPE(other, Py_TYPE(self)))
-        Py_RETURN_NOTIMPLEMENTED;
-    int equal =
-        native_at(self, native_offset) == native_at(other, native_offset);
-    return PyBool_FromLong(op == Py_EQ ? equal : !equal);
-}
-
-PyTypeObject *binding_add_type(PyObject *module, PyType_Spec *spec,
-                               PyObject *base)
-{
-    PyObject *type = PyType_FromModuleAndSpec(module, spec, base);
-    if (type == NULL)
-        return NULL;
-    if (PyModule_AddType(module, (PyTypeObject *)type) < 0) {
-        Py_DECREF(type);
-        return NULL;
-    }
-    return (PyTypeObject *)type;
-}
-
 static int init_core(void)
 {
     mxd_error err;

@@ -87,7 +87,7 @@ PyObject *binding_buffer_reduce_ex(PyObject *self, PyObject *protocol)
     binding_state *st = binding_state_of(self);
     mxd_device *dev = mxd_memory_device(b->memory);
     bool host = mxd_device_is_host(dev);
-    PyObject *module = compat_module_by_def(Py_TYPE(self), &binding_module_def);
+    PyObject *module = binding_module_of(Py_TYPE(self));
     PyObject *rebuild =
         module ? PyObject_GetAttrString(module, "_rebuild_buffer") : NULL;
     PyObject *source = rebuild ? host_source(self) : NULL;

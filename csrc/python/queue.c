@@ -10,17 +10,6 @@ static mxd_queue *queue_of(PyObject *self)
 
 /* ---- Construction and lifetime ------------------------------------------ */
 
-PyObject *binding_queue_wrap(binding_state *st, mxd_queue *queue)
-{
-    QueueObject *self = PyObject_New(QueueObject, st->queue_type);
-    if (self == NULL) {
-        mxd_queue_release(queue);
-        return NULL;
-    }
-    self->queue = queue;
-    return (PyObject *)self;
-}
-
 static const char *const device_names[] = {"device"};
 
 static PyObject *queue_tp_new(PyTypeObject *type, PyObject *args,
