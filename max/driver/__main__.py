@@ -85,7 +85,7 @@ def _device(dev: Device) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - reported, not fatal
             unavailable[name] = f"{type(exc).__name__}: {exc}"
     out = {"repr": repr(dev), "properties": properties, "unavailable": unavailable}
-    out["graph_capture"] = dev._capabilities()["graph_capture"]  # SPEC 16
+    out["graph_capture"] = dev._capabilities()["graph_capture"]
     if not dev.is_host:
         out["capabilities"] = dev._capabilities()
     return out
