@@ -348,7 +348,9 @@ mxd_status mxd_queue_record(mxd_queue *q, mxd_event *ev, mxd_error *err)
     if (mxd_capture_of(q))
         return mxd_recorder_in_use->record(q, ev, err);
     st = q->ops->event_record(ev, q, err);
-    if (st == MXD_OK)
-        mxd_recorder_in_use->recorded_outside(ev); /* outside a capture */
+    /* Recorded outside a capture: it forgets a capture point it had (one
+     * load for an event that was never recorded in a capture). */
+    if (st == MXD_OK && atomic_load_explicit(&ev->point, memory_order_relaxed))
+        mxd_recorder_in_use->recorded_outside(ev);
     return st;
 }

@@ -525,9 +525,15 @@ PyObject *binding_enqueue_host_fn(const char *fname, mxd_queue *queue,
 PyObject *binding_enqueue_async_host_fn(binding_state *st, const char *fname,
                                         mxd_queue *queue, PyObject *const *args,
                                         Py_ssize_t nargs, PyObject *kwnames);
-/* When `queue` captures: the graph keeps a reference to obj until it is
- * gone (an event it records or waits for).  -1 with an exception. */
-int binding_keep_in_capture(mxd_queue *queue, PyObject *obj);
+/* The graph `queue` captures keeps a reference to obj until it is gone
+ * (an event it records or waits for).  -1 with an exception. */
+int binding_keep_in_graph(mxd_queue *queue, PyObject *obj);
+/* The same when `queue` captures (one call on the hot path otherwise). */
+static inline int binding_keep_in_capture(mxd_queue *queue, PyObject *obj)
+{
+    return mxd_queue_is_capturing(queue) ? binding_keep_in_graph(queue, obj)
+                                         : 0;
+}
 /* The atexit hook: stops host work and refuses further GIL entries. */
 PyObject *binding_atexit(PyObject *module, PyObject *unused);
 /* __unsafe_pack_py_host_func(fn) -> (trampoline, data). */

@@ -182,10 +182,8 @@ static void host_fn_discard(void *data)
     pthread_mutex_unlock(&later_mu);
 }
 
-int binding_keep_in_capture(mxd_queue *queue, PyObject *obj)
+int binding_keep_in_graph(mxd_queue *queue, PyObject *obj)
 {
-    if (!mxd_queue_is_capturing(queue))
-        return 0;
     mxd_host_fn keep = {NULL, host_fn_discard, Py_NewRef(obj), NULL};
     mxd_error err;
     if (mxd_queue_capture_keep(queue, keep, &err) == MXD_OK)
