@@ -115,16 +115,22 @@ def _page_id(page: Path) -> str:
 
 def test_docs_pages_exist() -> None:
     assert EXPECTED_PAGES <= {p.name for p in PAGES}
+    # The user's pages teach by example: none of them may lose all of its.
+    assert EXPECTED_PAGES <= {p.name for p in PAGES_WITH_CPU_EXAMPLES}
 
 
-@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def cpu_blocks(page: Path) -> list[Block]:
+    return [b for b in python_blocks(page) if not (b.needs_accelerator or b.is_script)]
+
+
+# Pages without a CPU example (design notes, driver notes) are not test cases.
+PAGES_WITH_CPU_EXAMPLES = [p for p in PAGES if cpu_blocks(p)]
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_CPU_EXAMPLES, ids=_page_id)
 def test_cpu_examples_run(page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The page's CPU blocks, in order, in one namespace, in this process."""
-    blocks = [
-        b for b in python_blocks(page) if not (b.needs_accelerator or b.is_script)
-    ]
-    if not blocks:
-        pytest.skip(f"docs/{page.name} has no CPU examples")
+    blocks = cpu_blocks(page)
     left_out = [f"{b.where} ({b.missing_client})" for b in blocks if b.missing_client]
     blocks = [b for b in blocks if not b.missing_client]
     # Children started by an example import this checkout.
