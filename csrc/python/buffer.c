@@ -921,7 +921,10 @@ static int load_dtypes(binding_state *st)
  * nanobind enum.Flag): DEFAULT is listed among the members (len(Usage) ==
  * 3, where enum.Flag leaves a 0-valued member out of iteration), repr() is
  * str() (Usage.STAGING), and a negative value is refused (enum.Flag would
- * take -1 as the complement of 0). */
+ * take -1 as the complement of 0).  repr() and the refusals are spelled out
+ * so that every CPython prints and raises the same: 3.10's Flag names a
+ * combination highest bit first (Usage.UNTRACKED|STAGING) and compares a
+ * str with 0 (TypeError). */
 static const char usage_source[] =
     "import enum\n"
     "class Usage(enum.Flag):\n"
@@ -934,10 +937,17 @@ static const char usage_source[] =
     "    DEFAULT = 0\n"
     "    STAGING = 1\n"
     "    UNTRACKED = 2\n"
-    "    __repr__ = enum.Flag.__str__\n"
+    "    def __repr__(self):\n"
+    "        names = [m._name_ for m in type(self).__members__.values()\n"
+    "                 if m._value_ and m._value_ & self._value_ == m._value_]\n"
+    "        return 'Usage.' + ('|'.join(names) or 'DEFAULT')\n"
+    "    __str__ = __repr__\n"
     "    @classmethod\n"
     "    def _missing_(cls, value):\n"
-    "        if isinstance(value, int) and value < 0:\n"
+    "        known = 0\n"
+    "        for member in cls.__members__.values():\n"
+    "            known |= member._value_\n"
+    "        if not isinstance(value, int) or value < 0 or value & ~known:\n"
     "            raise ValueError(f'{value!r} is not a valid Usage')\n"
     "        return super()._missing_(value)\n"
     "if 'DEFAULT' not in Usage._member_names_:\n"
