@@ -123,14 +123,16 @@ def cpu_blocks(page: Path) -> list[Block]:
     return [b for b in python_blocks(page) if not (b.needs_accelerator or b.is_script)]
 
 
-# Pages without a CPU example (design notes, driver notes) are not test cases.
-PAGES_WITH_CPU_EXAMPLES = [p for p in PAGES if cpu_blocks(p)]
+# Each page parsed once; pages without a CPU example (design notes, driver
+# notes) are not test cases.
+CPU_BLOCKS = {page: cpu_blocks(page) for page in PAGES}
+PAGES_WITH_CPU_EXAMPLES = [page for page in PAGES if CPU_BLOCKS[page]]
 
 
 @pytest.mark.parametrize("page", PAGES_WITH_CPU_EXAMPLES, ids=_page_id)
 def test_cpu_examples_run(page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The page's CPU blocks, in order, in one namespace, in this process."""
-    blocks = cpu_blocks(page)
+    blocks = CPU_BLOCKS[page]
     left_out = [f"{b.where} ({b.missing_client})" for b in blocks if b.missing_client]
     blocks = [b for b in blocks if not b.missing_client]
     # Children started by an example import this checkout.
